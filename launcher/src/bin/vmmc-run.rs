@@ -1,0 +1,179 @@
+//! `vmmc-run -n N [--transport shm] [--tag-output] -- PROGRAM ARGS...`
+//!
+//! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
+//! party (the rendezvous) for the job, and exits non-zero if any rank fails. A rank that dies
+//! is reported to the others (their operations on it fail with "peer lost"); the job's shared
+//! memory is anonymous (memfd) and goes away with its last user, and the rendezvous directory
+//! is removed at exit, also when ranks crash.
+
+use clap::Parser;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use vmmc::bootstrap::vars;
+use vmmc_shm::server::Rendezvous;
+
+#[derive(Parser, Debug)]
+#[command(name = "vmmc-run", version, about = "Start a VMMC job")]
+struct Args {
+    /// Number of processes.
+    #[arg(short = 'n', long = "np", default_value_t = 1)]
+    n: usize,
+    /// Transport.
+    #[arg(long, default_value = "shm")]
+    transport: String,
+    /// Prefix every output line with "[rank] ".
+    #[arg(long)]
+    tag_output: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn job_dir() -> std::io::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for i in 0..1000u32 {
+        let d = base.join(format!("vmmc-job-{}-{i}", std::process::id()));
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no free job directory"))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vmmc-run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn pump(
+    rank: usize,
+    src: impl std::io::Read + Send + 'static,
+    to_err: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let r = BufReader::new(src);
+        for line in r.split(b'\n') {
+            let Ok(line) = line else { break };
+            let mut out: Vec<u8> = format!("[{rank}] ").into_bytes();
+            out.extend_from_slice(&line);
+            out.push(b'\n');
+            if to_err {
+                let _ = std::io::stderr().lock().write_all(&out);
+            } else {
+                let _ = std::io::stdout().lock().write_all(&out);
+            }
+        }
+    })
+}
+
+fn run(args: Args) -> Result<ExitCode, String> {
+    if args.n == 0 {
+        return Err("-n must be at least 1".into());
+    }
+    if !vmmc_run::TRANSPORTS.contains(&args.transport.as_str()) {
+        return Err(format!(
+            "unknown transport {:?} (this build has: {})",
+            args.transport,
+            vmmc_run::TRANSPORTS.join(", ")
+        ));
+    }
+    let dir = job_dir().map_err(|e| format!("cannot create the job directory: {e}"))?;
+    let cleanup = Cleanup(dir.clone());
+    let sock = dir.join("rendezvous.sock");
+    let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
+    let job = format!("{}", std::process::id());
+    let mut children = Vec::new();
+    let mut pumps = Vec::new();
+    for rank in 0..args.n {
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..])
+            .env(vars::TRANSPORT, &args.transport)
+            .env(vars::RANK, rank.to_string())
+            .env(vars::SIZE, args.n.to_string())
+            .env(vars::RENDEZVOUS, &sock)
+            .env(vars::JOB, &job)
+            .stdin(if rank == 0 {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
+        if args.tag_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        match cmd.spawn() {
+            Ok(mut c) => {
+                if args.tag_output {
+                    pumps.push(pump(rank, c.stdout.take().expect("piped"), false));
+                    pumps.push(pump(rank, c.stderr.take().expect("piped"), true));
+                }
+                children.push((rank, c));
+            }
+            Err(e) => {
+                eprintln!("vmmc-run: cannot start {:?}: {e}", args.command[0]);
+                rv.mark_dead(rank);
+                for (_, c) in children.iter_mut() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Ok(ExitCode::from(127));
+            }
+        }
+    }
+    let mut worst: u8 = 0;
+    // Reap in any order: a rank that dies is marked dead at once.
+    let mut left = children.len();
+    while left > 0 {
+        let mut status = 0;
+        // SAFETY: waitpid on our own children with a valid status pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid < 0 {
+            break;
+        }
+        let Some(pos) = children.iter().position(|(_, c)| c.id() as i32 == pid) else {
+            continue;
+        };
+        let rank = children[pos].0;
+        left -= 1;
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status) as u8
+        } else if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            eprintln!("vmmc-run: rank {rank} killed by signal {sig}");
+            128u8.saturating_add(sig as u8)
+        } else {
+            1
+        };
+        if code != 0 {
+            if libc::WIFEXITED(status) {
+                eprintln!("vmmc-run: rank {rank} exited with status {code}");
+            }
+            rv.mark_dead(rank);
+            if worst == 0 {
+                worst = code;
+            }
+        }
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+    drop(rv);
+    drop(cleanup);
+    Ok(ExitCode::from(worst))
+}
+
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,703 @@
+//! # vmmc-shm: the shared-memory transport (the embedded default)
+//!
+//! Processes on one host. A receive buffer in shared memory (a memfd) is mapped by its
+//! importers, and a deliberate update is a copy into the mapping at user level, like
+//! SHRIMP-II's user-level DMA: the body first, then the last word with a release store, so a
+//! receiver that sees the last word sees the whole message. A buffer in ordinary process
+//! memory is written by the kernel with `process_vm_writev`, one system call per send, like
+//! SHRIMP-I. Notifications go through a bounded queue in shared memory owned by the receiver,
+//! with a futex wake-up after a short spin.
+//!
+//! The trusted party is the [`server::Rendezvous`]: it checks permissions and hands out the
+//! descriptors an importer maps. Each receive buffer has a control block in shared memory with
+//! a revocation word and one in-flight counter per rank, so `unexport` can break every link
+//! and wait for the transfers in progress without a round trip to any importer.
+
+pub mod proto;
+pub mod server;
+pub mod shmem;
+pub mod sys;
+
+use proto::Msg;
+use shmem::{revoked, Ctrl, Map, Push, Ring, Status};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vmmc::bootstrap::{BootEnv, Launcher};
+use vmmc::redirect::{Piece, Redirected};
+use vmmc::{
+    BufId, Caps, Error, ExportSpec, ImportPoll, JobInfo, MemKind, Notification, ProcId, Region,
+    RemoteBuffer, Result, Transport, WriteOpts, WORD_SIZE,
+};
+
+/// How long a process waits for the rendezvous to appear (MPI launch: rank 0 creates it).
+const CONNECT_WAIT: Duration = Duration::from_secs(30);
+/// Spinning before sleeping on the notification ring.
+const SPIN: Duration = Duration::from_micros(50);
+/// Chunk of a transfer into a redirectable buffer (redirection is checked between chunks,
+/// like the page-split transfers of the SHRIMP DMA engine).
+const REDIR_CHUNK: usize = 4096;
+
+struct LocalExport {
+    ctrl: Arc<Ctrl>,
+}
+
+struct Client {
+    sock: OwnedFd,
+    stash: HashMap<u64, (Msg, Vec<OwnedFd>)>,
+}
+
+/// The shm transport of one process.
+pub struct ShmTransport {
+    job: JobInfo,
+    conn: Mutex<Client>,
+    next_req: AtomicU64,
+    ring: Ring,
+    consumer: Mutex<()>,
+    status: Arc<Status>,
+    exports: Mutex<HashMap<BufId, LocalExport>>,
+    rings: Mutex<HashMap<usize, Arc<Ring>>>,
+    /// Import requests: owner and buffer, to rebuild errors.
+    requests: Mutex<HashMap<u64, BufId>>,
+    _own_rendezvous: Option<server::Rendezvous>,
+    finished: AtomicU32,
+}
+
+fn connect_seqpacket(path: &std::path::Path) -> Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let (addr, len) = server::sockaddr(path.as_os_str().as_bytes())?;
+    let deadline = Instant::now() + CONNECT_WAIT;
+    loop {
+        let fd = sys::syscall!(libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0
+        ))
+        .map_err(|e| Error::io("socket", e))?;
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        match sys::syscall!(libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len
+        )) {
+            Ok(_) => return Ok(fd),
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT) | Some(libc::ECONNREFUSED)
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(Error::Bootstrap(format!(
+                    "cannot reach the rendezvous at {}: {e}",
+                    path.display()
+                )))
+            }
+        }
+    }
+}
+
+/// The rendezvous path of a job started by an MPI launcher: derived from the launcher's pid,
+/// which all its ranks share as parent.
+pub fn mpi_rendezvous_path(job: &str) -> PathBuf {
+    // SAFETY: getuid has no memory effects.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("vmmc-{uid}-{job}.sock"))
+}
+
+impl ShmTransport {
+    /// Joins the job described by the launcher's environment.
+    pub fn connect(env: &BootEnv) -> Result<ShmTransport> {
+        let (path, own) = match (&env.rendezvous, env.launcher) {
+            (Some(p), _) => (PathBuf::from(p), None),
+            (None, Launcher::Alone) => {
+                let p = std::env::temp_dir().join(format!(
+                    "vmmc-solo-{}-{}.sock",
+                    std::process::id(),
+                    unique()
+                ));
+                let rv = server::Rendezvous::start(&p, 1)?;
+                (p, Some(rv))
+            }
+            (None, Launcher::Mpi) => {
+                let p = mpi_rendezvous_path(&env.job);
+                if env.rank == 0 {
+                    let _ = std::fs::remove_file(&p);
+                    let rv = server::Rendezvous::start(&p, env.size)?;
+                    (p, Some(rv))
+                } else {
+                    (p, None)
+                }
+            }
+            (None, Launcher::VmmcRun) => {
+                return Err(Error::Bootstrap("VMMC_RENDEZVOUS is not set".into()));
+            }
+        };
+        let sock = connect_seqpacket(&path)?;
+        if own.is_some() && env.launcher == Launcher::Mpi {
+            // Every rank connects right away; the path is not needed after the job starts.
+        }
+        let ring = Ring::create()?;
+        let hello = Msg::Hello {
+            rank: env.rank as u32,
+            pid: std::process::id(),
+        };
+        sys::send_msg(sock.as_raw_fd(), &hello.encode(), &[ring.fd().as_raw_fd()])
+            .map_err(|e| Error::io("rendezvous hello", e))?;
+        let (m, mut fds) = sys::recv_msg(sock.as_raw_fd(), false)
+            .map_err(|e| Error::io("rendezvous welcome", e))?
+            .ok_or_else(|| Error::Bootstrap("the rendezvous closed the connection".into()))?;
+        let (squids, host) = match Msg::decode(&m)? {
+            Msg::Welcome { squids, host } if fds.len() == 1 && squids.len() == env.size => {
+                (squids, host)
+            }
+            Msg::Err { text, .. } => return Err(Error::Bootstrap(text)),
+            other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
+        };
+        let status = Status::open(fds.pop().expect("checked"), env.size)?;
+        let job = JobInfo {
+            rank: env.rank,
+            size: env.size,
+            procs: squids
+                .iter()
+                .map(|s| ProcId { node: 0, squid: *s })
+                .collect(),
+            hosts: vec![host],
+            parent: None,
+        };
+        Ok(ShmTransport {
+            job,
+            conn: Mutex::new(Client {
+                sock,
+                stash: HashMap::new(),
+            }),
+            next_req: AtomicU64::new(1),
+            ring,
+            consumer: Mutex::new(()),
+            status: Arc::new(status),
+            exports: Mutex::new(HashMap::new()),
+            rings: Mutex::new(HashMap::new()),
+            requests: Mutex::new(HashMap::new()),
+            _own_rendezvous: own,
+            finished: AtomicU32::new(0),
+        })
+    }
+
+    fn rank_of(&self, p: ProcId) -> Option<usize> {
+        self.job.rank_of(p)
+    }
+
+    /// Sends a request and waits for its reply.
+    fn call(&self, req: u64, m: &Msg, fds: &[i32]) -> Result<(Msg, Vec<OwnedFd>)> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        sys::send_msg(c.sock.as_raw_fd(), &m.encode(), fds)
+            .map_err(|_| Error::PeerLost("the rendezvous (launcher) is gone".into()))?;
+        Self::wait_reply(&mut c, req, true).map(|r| r.expect("blocking"))
+    }
+
+    fn wait_reply(c: &mut Client, req: u64, block: bool) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
+        loop {
+            if let Some(r) = c.stash.remove(&req) {
+                return Ok(Some(r));
+            }
+            match sys::recv_msg(c.sock.as_raw_fd(), !block) {
+                Ok(Some((b, fds))) => {
+                    let m = Msg::decode(&b)?;
+                    let id = match &m {
+                        Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
+                        other => return Err(Error::Protocol(format!("unexpected {other:?}"))),
+                    };
+                    c.stash.insert(id, (m, fds));
+                }
+                Ok(None) => {
+                    return Err(Error::PeerLost("the rendezvous (launcher) is gone".into()))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => return Err(Error::io("rendezvous", e)),
+            }
+        }
+    }
+
+    fn ring_of(&self, rank: usize, fd: OwnedFd) -> Result<Arc<Ring>> {
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = rings.get(&rank) {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(Ring::open(fd)?);
+        rings.insert(rank, r.clone());
+        Ok(r)
+    }
+
+    fn ctrl(&self, buf: BufId) -> Result<Arc<Ctrl>> {
+        let ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+        ex.get(&buf)
+            .map(|e| e.ctrl.clone())
+            .ok_or(Error::NoSuchBuffer(buf))
+    }
+
+    fn build_remote(&self, buf: BufId, m: Msg, mut fds: Vec<OwnedFd>) -> Result<RemoteShm> {
+        let Msg::ImportOk {
+            len,
+            shared,
+            addr,
+            pid,
+            owner_rank,
+            ..
+        } = m
+        else {
+            return Err(Error::Protocol("expected an import grant".into()));
+        };
+        let want = if shared { 3 } else { 2 };
+        if fds.len() != want || owner_rank as usize >= self.job.size {
+            return Err(Error::Protocol(
+                "import grant with wrong descriptors".into(),
+            ));
+        }
+        let region = if shared {
+            Some(Map::new(fds.pop().expect("checked"), len as usize)?)
+        } else {
+            None
+        };
+        let ring = self.ring_of(owner_rank as usize, fds.pop().expect("checked"))?;
+        let ctrl = Ctrl::open(fds.pop().expect("checked"), self.job.size)?;
+        let base = region.as_ref().map_or(std::ptr::null_mut(), |m| m.ptr());
+        Ok(RemoteShm {
+            ctrl,
+            region,
+            base,
+            len: len as usize,
+            addr,
+            pid: pid as libc::pid_t,
+            ring,
+            my_rank: self.job.rank,
+            owner_rank: owner_rank as usize,
+            buf,
+            status: self.status.clone(),
+        })
+    }
+}
+
+fn unique() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            remote_read: true,
+            native_au: true,
+            redirection: true,
+            async_send: false,
+            max_write: 0,
+        }
+    }
+
+    fn job(&self) -> &JobInfo {
+        &self.job
+    }
+
+    fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
+        let ctrl = Ctrl::create(self.job.size)?;
+        let h = ctrl.header();
+        h.has_handler
+            .store(spec.has_handler as u32, Ordering::SeqCst);
+        h.redirectable
+            .store(spec.redirectable as u32, Ordering::SeqCst);
+        let shared = spec.region.kind() == MemKind::Shared;
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let m = Msg::Export {
+            req,
+            buf: spec.buf,
+            shared,
+            len: spec.region.len() as u64,
+            addr: spec.region.as_ptr() as u64,
+            importers: spec.importers.clone(),
+        };
+        let mut fds = vec![ctrl.fd().as_raw_fd()];
+        if let Some(fd) = spec.region.fd() {
+            fds.push(fd);
+        }
+        match self.call(req, &m, &fds)? {
+            (Msg::Ok { .. }, _) => {
+                let mut ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+                ex.insert(
+                    spec.buf,
+                    LocalExport {
+                        ctrl: Arc::new(ctrl),
+                    },
+                );
+                Ok(())
+            }
+            (Msg::Err { code, text, .. }, _) => Err(proto::error_from(code, text, spec.buf)),
+            (other, _) => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    fn unexport(&self, buf: BufId) -> Result<()> {
+        let ctrl = self.ctrl(buf)?;
+        // Break every link, then wait for the transfers in progress (Dekker with the senders'
+        // in-flight counters: both sides use sequentially consistent operations).
+        ctrl.header()
+            .revoked
+            .compare_exchange(
+                revoked::LIVE,
+                revoked::UNEXPORTED,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .ok();
+        for r in 0..self.job.size {
+            let mut spins = 0u32;
+            while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
+                spins += 1;
+                if spins > 1000 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let r = self.call(req, &Msg::Unexport { req, buf }, &[]);
+        self.exports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&buf);
+        match r? {
+            (Msg::Ok { .. }, _) => Ok(()),
+            (Msg::Err { code, text, .. }, _) => Err(proto::error_from(code, text, buf)),
+            (other, _) => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
+        if self.rank_of(owner).is_none() {
+            return Err(Error::PeerLost(format!(
+                "{owner} is not a process of this job"
+            )));
+        }
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        sys::send_msg(
+            c.sock.as_raw_fd(),
+            &Msg::Import { req, owner, buf }.encode(),
+            &[],
+        )
+        .map_err(|_| Error::PeerLost("the rendezvous (launcher) is gone".into()))?;
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(req, buf);
+        Ok(req)
+    }
+
+    fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll> {
+        let buf = *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&request)
+            .ok_or(Error::InvalidArgument("unknown import request"))?;
+        let reply = {
+            let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            Self::wait_reply(&mut c, request, wait)?
+        };
+        let Some((m, fds)) = reply else {
+            return Ok(ImportPoll::Pending);
+        };
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request);
+        match m {
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, buf)),
+            m => Ok(ImportPoll::Ready(Box::new(self.build_remote(buf, m, fds)?))),
+        }
+    }
+
+    fn progress(
+        &self,
+        sink: &mut dyn FnMut(Notification),
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        let Ok(_guard) = self.consumer.try_lock() else {
+            // Another thread consumes; it delivers.
+            if let Some(t) = timeout {
+                std::thread::sleep(t.min(Duration::from_millis(1)));
+            }
+            return Ok(0);
+        };
+        let start = Instant::now();
+        loop {
+            let mut n = 0;
+            while let Some(x) = self.ring.pop() {
+                sink(x);
+                n += 1;
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+            let waited = start.elapsed();
+            if let Some(t) = timeout {
+                if waited >= t {
+                    return Ok(0);
+                }
+            }
+            if waited < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let left = timeout.map(|t| t.saturating_sub(waited));
+            if self.ring.sleep(left) {
+                return Ok(0); // woken by `wake`
+            }
+        }
+    }
+
+    fn wake(&self) {
+        self.ring.kick();
+    }
+
+    fn peer_alive(&self, p: ProcId) -> bool {
+        self.rank_of(p).is_some_and(|r| self.status.alive(r))
+    }
+
+    fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let ctrl = self.ctrl(buf)?;
+        ctrl.header().redir.post(
+            buf,
+            dest.as_ptr() as u64 + dest_offset as u64,
+            buf_offset,
+            len,
+        )
+    }
+
+    fn end_redir(&self, buf: BufId) -> Result<Redirected> {
+        let ctrl = self.ctrl(buf)?;
+        let status = self.status.clone();
+        let size = self.job.size;
+        ctrl.header().redir.end(|| {
+            // A sender that died mid-message will never finish it.
+            if (0..size).all(|r| ctrl.in_flight(r).load(Ordering::SeqCst) == 0 || !status.alive(r))
+            {
+                return Err(Error::PeerLost(
+                    "the sender died during a redirected message".into(),
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    fn data_end(&self, buf: BufId) -> Result<Option<usize>> {
+        Ok(self.ctrl(buf)?.header().redir.data_end())
+    }
+
+    fn clear_data_end(&self, buf: BufId) -> Result<()> {
+        self.ctrl(buf)?.header().redir.clear_data_end();
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.finished.swap(1, Ordering::SeqCst) == 0 {
+            let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = sys::send_msg(c.sock.as_raw_fd(), &Msg::Bye.encode(), &[]);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The sender's side of a link into shared or process memory.
+pub struct RemoteShm {
+    ctrl: Ctrl,
+    region: Option<Map>,
+    base: *mut u8,
+    len: usize,
+    addr: u64,
+    pid: libc::pid_t,
+    ring: Arc<Ring>,
+    my_rank: usize,
+    owner_rank: usize,
+    buf: BufId,
+    status: Arc<Status>,
+}
+
+// SAFETY: `base` points into `region`, a shared mapping accessed with raw copies and atomics.
+unsafe impl Send for RemoteShm {}
+// SAFETY: as above.
+unsafe impl Sync for RemoteShm {}
+
+/// Enters a transfer: counts it in flight, then checks the link (see `unexport`).
+struct Entered<'a>(&'a AtomicU32);
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl RemoteShm {
+    #[inline]
+    fn enter(&self) -> Result<Entered<'_>> {
+        let c = self.ctrl.in_flight(self.my_rank);
+        c.fetch_add(1, Ordering::SeqCst);
+        let g = Entered(c);
+        match self.ctrl.header().revoked.load(Ordering::SeqCst) {
+            revoked::LIVE => Ok(g),
+            revoked::UNEXPORTED => Err(Error::Unexported),
+            _ => Err(Error::PeerLost(format!(
+                "rank {} (owner of buffer {})",
+                self.owner_rank, self.buf
+            ))),
+        }
+    }
+
+    /// Copies into the mapping: the body, then the last word with a release store.
+    #[inline]
+    fn copy_ordered(&self, offset: usize, data: &[u8]) {
+        let n = data.len();
+        let body = n - WORD_SIZE;
+        let last = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
+        // SAFETY: the core checked offset+n <= len, and the mapping covers len bytes; the
+        // offset is word-aligned and the mapping page-aligned, so the last word is aligned.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), body);
+            AtomicU32::from_ptr(self.base.add(offset + body).cast()).store(last, Ordering::Release);
+        }
+    }
+
+    /// Writes process memory through the kernel: body and last word as two pieces of one
+    /// system call, the last word after.
+    fn vm_write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        let body = data.len() - WORD_SIZE;
+        let r = if body == 0 {
+            sys::vm_write(self.pid, &[(data, addr)])
+        } else {
+            sys::vm_write(
+                self.pid,
+                &[(&data[..body], addr), (&data[body..], addr + body as u64)],
+            )
+        };
+        r.map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                Error::PeerLost(format!("rank {}", self.owner_rank))
+            } else {
+                Error::io("process_vm_writev", e)
+            }
+        })
+    }
+
+    fn place(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if self.region.is_some() {
+            self.copy_ordered(offset, data);
+            Ok(())
+        } else {
+            self.vm_write(self.addr + offset as u64, data)
+        }
+    }
+
+    fn notify(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if self.ctrl.header().has_handler.load(Ordering::Relaxed) == 0 {
+            return Ok(()); // seed 000: no handler, no effect
+        }
+        let body = data.len() - WORD_SIZE;
+        let n = Notification {
+            buf: self.buf,
+            offset: offset + body,
+            value: u32::from_ne_bytes(data[body..].try_into().expect("a word")),
+        };
+        let mut spins = 0u32;
+        while self.ring.push(n) == Push::Full {
+            // Back-pressure: the receiver's notification thread drains the ring continuously,
+            // so wait for it, unless it is gone.
+            spins += 1;
+            if spins % 1024 == 0 {
+                if !self.status.alive(self.owner_rank) {
+                    return Err(Error::PeerLost(format!("rank {}", self.owner_rank)));
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RemoteBuffer for RemoteShm {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        let _in = self.enter()?;
+        if self.ctrl.header().redirectable.load(Ordering::Relaxed) == 0 {
+            self.place(offset, data)?;
+        } else {
+            self.ctrl
+                .header()
+                .redir
+                .deliver(offset, data, REDIR_CHUNK, |p| match p {
+                    Piece::Default(o, d) => self.place_piece(o, d),
+                    Piece::Redirect(a, d) => self.vm_write(a, d),
+                })?;
+        }
+        if opts.notify {
+            self.notify(offset, data)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let _in = self.enter()?;
+        if self.region.is_some() {
+            // SAFETY: bounds checked by the core; a raw copy from the shared mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
+            };
+            Ok(())
+        } else {
+            sys::vm_read(self.pid, self.addr + offset as u64, out).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    Error::PeerLost(format!("rank {}", self.owner_rank))
+                } else {
+                    Error::io("process_vm_readv", e)
+                }
+            })
+        }
+    }
+}
+
+impl RemoteShm {
+    /// A piece of a redirected message going to the default buffer (any word multiple).
+    fn place_piece(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.place(offset, data)
+    }
+}

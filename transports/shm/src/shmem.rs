@@ -1,0 +1,410 @@
+//! Layouts of the structures that live in shared memory: a mapping wrapper, the control block
+//! of a receive buffer, the notification ring of a process, and the job's status page. Only
+//! atomics live in them, so every access is well defined across processes.
+
+use crate::sys;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use vmmc::redirect::RedirSlot;
+use vmmc::{BufId, Error, Notification, Result};
+
+/// A shared mapping of a memfd, unmapped on drop.
+pub struct Map {
+    ptr: *mut u8,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics or raw copies.
+unsafe impl Send for Map {}
+// SAFETY: as above.
+unsafe impl Sync for Map {}
+
+impl Map {
+    /// Maps `len` bytes of `fd`.
+    pub fn new(fd: OwnedFd, len: usize) -> Result<Map> {
+        let len = len.max(1).div_ceil(vmmc::page_size()) * vmmc::page_size();
+        let ptr = sys::map_shared(&fd, len).map_err(|e| Error::io("mmap", e))?;
+        Ok(Map { ptr, len, fd })
+    }
+    /// Creates and maps a fresh memfd of `len` bytes.
+    pub fn create(name: &std::ffi::CStr, len: usize) -> Result<Map> {
+        let len = len.max(1).div_ceil(vmmc::page_size()) * vmmc::page_size();
+        let fd = sys::memfd(name, len).map_err(|e| Error::io("memfd_create", e))?;
+        Map::new(fd, len)
+    }
+    /// The descriptor.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+    /// Base address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Mapped length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// A shared-memory object at byte `offset`.
+    ///
+    /// `T` must consist of atomics only and fit: checked with an assertion (layout bug).
+    pub fn at<T>(&self, offset: usize) -> &T {
+        assert!(offset + std::mem::size_of::<T>() <= self.len);
+        assert_eq!((self.ptr as usize + offset) % std::mem::align_of::<T>(), 0);
+        // SAFETY: in bounds, aligned, zero-initialised shared memory; `T` is made of atomics,
+        // for which all-zero bytes are valid.
+        unsafe { &*(self.ptr.add(offset) as *const T) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// `revoked` values of a control block.
+pub mod revoked {
+    /// Live.
+    pub const LIVE: u32 = 0;
+    /// Unexported by its owner.
+    pub const UNEXPORTED: u32 = 1;
+    /// Its owner left the job.
+    pub const OWNER_GONE: u32 = 2;
+}
+
+/// Head of a receive buffer's control block.
+#[repr(C, align(64))]
+pub struct CtrlHeader {
+    /// Non-zero once the buffer is unexported or its owner is gone (the reason).
+    pub revoked: AtomicU32,
+    /// Non-zero when the owner installed a notification handler.
+    pub has_handler: AtomicU32,
+    /// Non-zero when the buffer takes transfer redirection.
+    pub redirectable: AtomicU32,
+    _pad: [AtomicU32; 13],
+    /// Transfer redirection (seed 004), placed by the senders.
+    pub redir: RedirSlot,
+}
+
+/// One importer's count of transfers in progress (one per rank, own cache line).
+#[repr(C, align(64))]
+pub struct InFlight(pub AtomicU32);
+
+/// A receive buffer's control block: header, then one [`InFlight`] per rank.
+pub struct Ctrl {
+    map: Map,
+    ranks: usize,
+}
+
+impl Ctrl {
+    /// Bytes needed for a job of `ranks`.
+    pub fn size(ranks: usize) -> usize {
+        std::mem::size_of::<CtrlHeader>() + 64 * ranks
+    }
+    /// Creates a fresh control block.
+    pub fn create(ranks: usize) -> Result<Ctrl> {
+        Ok(Ctrl {
+            map: Map::create(c"vmmc-ctrl", Ctrl::size(ranks))?,
+            ranks,
+        })
+    }
+    /// Maps a received control block.
+    pub fn open(fd: OwnedFd, ranks: usize) -> Result<Ctrl> {
+        let have = sys::fd_size(&fd).map_err(|e| Error::io("fstat", e))?;
+        if have < Ctrl::size(ranks) {
+            return Err(Error::Protocol("control block too small".into()));
+        }
+        Ok(Ctrl {
+            map: Map::new(fd, Ctrl::size(ranks))?,
+            ranks,
+        })
+    }
+    /// The descriptor.
+    pub fn fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+    /// The header.
+    pub fn header(&self) -> &CtrlHeader {
+        self.map.at(0)
+    }
+    /// The in-flight counter of `rank`.
+    pub fn in_flight(&self, rank: usize) -> &AtomicU32 {
+        assert!(rank < self.ranks);
+        &self
+            .map
+            .at::<InFlight>(std::mem::size_of::<CtrlHeader>() + 64 * rank)
+            .0
+    }
+    /// Number of ranks.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+}
+
+/// Head of a notification ring.
+#[repr(C, align(64))]
+pub struct RingHeader {
+    tail: AtomicU64,
+    _p1: [AtomicU64; 7],
+    head: AtomicU64,
+    _p2: [AtomicU64; 7],
+    /// Futex word: 1 while the consumer sleeps.
+    sleeping: AtomicU32,
+    /// Bumped to interrupt the consumer.
+    kick: AtomicU32,
+}
+
+#[repr(C)]
+struct Cell {
+    seq: AtomicU64,
+    offset: AtomicU64,
+    buf: AtomicU32,
+    value: AtomicU32,
+    _pad: AtomicU64,
+}
+
+/// Capacity of a notification ring (entries).
+pub const RING_CAP: usize = 4096;
+
+/// A process's notification ring: many producers (senders, in any process), one consumer
+/// (the owner). A bounded queue with a sequence number per cell (Vyukov's design), so it
+/// works in shared memory with atomics alone.
+pub struct Ring {
+    map: Map,
+}
+
+/// Result of pushing into a ring.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Push {
+    /// Queued.
+    Done,
+    /// Full: back-pressure.
+    Full,
+}
+
+impl Ring {
+    fn bytes() -> usize {
+        std::mem::size_of::<RingHeader>() + RING_CAP * std::mem::size_of::<Cell>()
+    }
+    /// Creates an empty ring.
+    pub fn create() -> Result<Ring> {
+        let r = Ring {
+            map: Map::create(c"vmmc-ring", Ring::bytes())?,
+        };
+        for i in 0..RING_CAP {
+            r.cell(i as u64).seq.store(i as u64, Ordering::Relaxed);
+        }
+        Ok(r)
+    }
+    /// Maps a received ring.
+    pub fn open(fd: OwnedFd) -> Result<Ring> {
+        let have = sys::fd_size(&fd).map_err(|e| Error::io("fstat", e))?;
+        if have < Ring::bytes() {
+            return Err(Error::Protocol("notification ring too small".into()));
+        }
+        Ok(Ring {
+            map: Map::new(fd, Ring::bytes())?,
+        })
+    }
+    /// The descriptor.
+    pub fn fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+    fn header(&self) -> &RingHeader {
+        self.map.at(0)
+    }
+    fn cell(&self, pos: u64) -> &Cell {
+        let i = (pos as usize) & (RING_CAP - 1);
+        self.map
+            .at(std::mem::size_of::<RingHeader>() + i * std::mem::size_of::<Cell>())
+    }
+
+    /// Producer: queues a notification and wakes the consumer if it sleeps.
+    pub fn push(&self, n: Notification) -> Push {
+        let h = self.header();
+        let mut pos = h.tail.load(Ordering::Relaxed);
+        loop {
+            let c = self.cell(pos);
+            let seq = c.seq.load(Ordering::Acquire);
+            let dif = seq as i64 - pos as i64;
+            if dif == 0 {
+                match h.tail.compare_exchange_weak(
+                    pos,
+                    pos + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        c.offset.store(n.offset as u64, Ordering::Relaxed);
+                        c.buf.store(n.buf, Ordering::Relaxed);
+                        c.value.store(n.value, Ordering::Relaxed);
+                        c.seq.store(pos + 1, Ordering::Release);
+                        break;
+                    }
+                    Err(p) => pos = p,
+                }
+            } else if dif < 0 {
+                return Push::Full;
+            } else {
+                pos = h.tail.load(Ordering::Relaxed);
+            }
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if h.sleeping.load(Ordering::Relaxed) != 0 {
+            h.sleeping.store(0, Ordering::Relaxed);
+            sys::futex_wake(&h.sleeping);
+        }
+        Push::Done
+    }
+
+    /// Consumer: takes the next notification, if one is ready.
+    pub fn pop(&self) -> Option<Notification> {
+        let h = self.header();
+        let pos = h.head.load(Ordering::Relaxed);
+        let c = self.cell(pos);
+        if c.seq.load(Ordering::Acquire) != pos + 1 {
+            return None;
+        }
+        let n = Notification {
+            buf: c.buf.load(Ordering::Relaxed) as BufId,
+            offset: c.offset.load(Ordering::Relaxed) as usize,
+            value: c.value.load(Ordering::Relaxed),
+        };
+        c.seq.store(pos + RING_CAP as u64, Ordering::Release);
+        h.head.store(pos + 1, Ordering::Relaxed);
+        Some(n)
+    }
+
+    /// Consumer: sleeps until a push or a kick, or the timeout; true when kicked.
+    pub fn sleep(&self, timeout: Option<std::time::Duration>) -> bool {
+        let h = self.header();
+        let kick = h.kick.load(Ordering::Acquire);
+        h.sleeping.store(1, Ordering::SeqCst);
+        // Re-check after announcing the sleep: a producer that pushed before seeing the flag
+        // is caught here.
+        let pos = h.head.load(Ordering::Relaxed);
+        if self.cell(pos).seq.load(Ordering::Acquire) == pos + 1
+            || h.kick.load(Ordering::Acquire) != kick
+        {
+            h.sleeping.store(0, Ordering::Relaxed);
+            return h.kick.load(Ordering::Acquire) != kick;
+        }
+        sys::futex_wait(&h.sleeping, 1, timeout);
+        h.sleeping.store(0, Ordering::Relaxed);
+        h.kick.load(Ordering::Acquire) != kick
+    }
+
+    /// Interrupts a sleeping consumer.
+    pub fn kick(&self) {
+        let h = self.header();
+        h.kick.fetch_add(1, Ordering::AcqRel);
+        h.sleeping.store(0, Ordering::SeqCst);
+        sys::futex_wake(&h.sleeping);
+    }
+}
+
+/// States of a rank on the status page.
+pub mod state {
+    /// Not connected yet.
+    pub const STARTING: u32 = 0;
+    /// Running.
+    pub const ALIVE: u32 = 1;
+    /// Left cleanly.
+    pub const EXITED: u32 = 2;
+    /// Died (connection lost without goodbye).
+    pub const DEAD: u32 = 3;
+}
+
+#[repr(C, align(64))]
+struct RankStatus {
+    state: AtomicU32,
+    pid: AtomicU32,
+}
+
+/// The job's status page: one entry per rank, written by the trusted party.
+pub struct Status {
+    map: Map,
+    ranks: usize,
+}
+
+impl Status {
+    /// Creates the page.
+    pub fn create(ranks: usize) -> Result<Status> {
+        Ok(Status {
+            map: Map::create(c"vmmc-status", 64 * ranks)?,
+            ranks,
+        })
+    }
+    /// Maps a received page.
+    pub fn open(fd: OwnedFd, ranks: usize) -> Result<Status> {
+        let have = sys::fd_size(&fd).map_err(|e| Error::io("fstat", e))?;
+        if have < 64 * ranks {
+            return Err(Error::Protocol("status page too small".into()));
+        }
+        Ok(Status {
+            map: Map::new(fd, 64 * ranks)?,
+            ranks,
+        })
+    }
+    /// The descriptor.
+    pub fn fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+    fn at(&self, rank: usize) -> &RankStatus {
+        assert!(rank < self.ranks);
+        self.map.at(64 * rank)
+    }
+    /// Sets a rank's state.
+    pub fn set(&self, rank: usize, st: u32, pid: u32) {
+        let s = self.at(rank);
+        s.pid.store(pid, Ordering::Relaxed);
+        s.state.store(st, Ordering::SeqCst);
+    }
+    /// A rank's state.
+    pub fn get(&self, rank: usize) -> u32 {
+        self.at(rank).state.load(Ordering::SeqCst)
+    }
+    /// A rank's pid.
+    pub fn pid(&self, rank: usize) -> u32 {
+        self.at(rank).pid.load(Ordering::Relaxed)
+    }
+    /// Whether a rank is running (or not yet started).
+    pub fn alive(&self, rank: usize) -> bool {
+        matches!(self.get(rank), state::STARTING | state::ALIVE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_is_fifo_and_bounded() {
+        let r = Ring::create().unwrap();
+        assert!(r.pop().is_none());
+        for i in 0..RING_CAP as u32 {
+            assert_eq!(
+                r.push(Notification {
+                    buf: 1,
+                    offset: i as usize,
+                    value: i
+                }),
+                Push::Done
+            );
+        }
+        assert_eq!(
+            r.push(Notification {
+                buf: 1,
+                offset: 0,
+                value: 0
+            }),
+            Push::Full
+        );
+        for i in 0..RING_CAP as u32 {
+            assert_eq!(r.pop().unwrap().value, i);
+        }
+        assert!(r.pop().is_none());
+    }
+}

@@ -1,0 +1,187 @@
+//! Automatic update in software (DESIGN.md, "Automatic update in software").
+//!
+//! There is no snooping hardware, so an automatic-update region is a local [`Region`] whose
+//! stores go through [`AutoUpdateBinding`]: each store is written locally and propagated to the
+//! bound receive buffer. Without combining, every store is propagated at once (a transport
+//! with [`crate::Caps::native_au`] does this at memory speed: a store into the remote mapping).
+//! With combining, consecutive stores accumulate into one packet, as in the SHRIMP outgoing
+//! FIFO, which is sent when a store is not consecutive, when it reaches a page, at
+//! [`AutoUpdateBinding::flush`], or when a [`AuBatch`] guard drops. With `notify`, every
+//! propagated packet raises a notification at the receiver (seed 000: all or nothing per
+//! mapping). Unlike SHRIMP, no page alignment is required, and a deliberate update followed
+//! by an automatic update to the same destination stays ordered.
+
+use crate::endpoint::{check_transfer, Proxy};
+use crate::error::{Error, Result};
+use crate::region::Region;
+use crate::transport::WriteOpts;
+use crate::types::WORD_SIZE;
+use std::cell::Cell;
+
+/// Options of a binding (seed 000's `SBL_Map` arguments).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuOptions {
+    /// Combine consecutive stores into one packet.
+    pub combining: bool,
+    /// Every propagated packet raises a notification.
+    pub notify: bool,
+}
+
+/// Largest combined packet: one page, as on SHRIMP.
+const MAX_PACKET: usize = 4096;
+
+/// A local region bound to an imported buffer by automatic update.
+///
+/// Not `Sync`: stores from one thread keep their order; use one binding per thread.
+pub struct AutoUpdateBinding {
+    local: Region,
+    proxy: Proxy,
+    remote_offset: usize,
+    opts: WriteOpts,
+    combining: bool,
+    /// Pending combined packet: local offsets `[start, end)`.
+    dirty: Cell<Option<(usize, usize)>>,
+}
+
+impl Proxy {
+    /// Binds a fresh local region of the receive buffer's size to it.
+    pub fn bind(&self, opts: AuOptions) -> Result<AutoUpdateBinding> {
+        let local = Region::alloc_private(self.len())?;
+        self.bind_region(local, 0, opts)
+    }
+
+    /// Binds `local` to the receive buffer starting at `remote_offset`.
+    pub fn bind_region(
+        &self,
+        local: Region,
+        remote_offset: usize,
+        opts: AuOptions,
+    ) -> Result<AutoUpdateBinding> {
+        check_transfer(remote_offset, local.len(), self.len())?;
+        Ok(AutoUpdateBinding {
+            local,
+            proxy: self.clone(),
+            remote_offset,
+            opts: WriteOpts {
+                notify: opts.notify,
+            },
+            combining: opts.combining,
+            dirty: Cell::new(None),
+        })
+    }
+}
+
+impl AutoUpdateBinding {
+    /// The local region (reads see what was stored).
+    pub fn local(&self) -> &Region {
+        &self.local
+    }
+    /// The bound proxy.
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+    /// Length of the bound range.
+    pub fn len(&self) -> usize {
+        self.local.len()
+    }
+    /// Whether the bound range is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.local.is_empty()
+    }
+
+    /// Stores a word: written locally and propagated. The fast path: no allocation, no lock.
+    #[inline]
+    pub fn store_u32(&self, offset: usize, value: u32) -> Result<()> {
+        self.local.store_u32(offset, value)?;
+        if self.combining {
+            self.combine(offset, WORD_SIZE)
+        } else {
+            self.proxy
+                .inner
+                .write(self.remote_offset + offset, &value.to_ne_bytes(), self.opts)
+        }
+    }
+
+    /// Stores `data` at `offset` (word multiples): written locally and propagated.
+    #[inline]
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_transfer(offset, data.len(), self.local.len())?;
+        self.local.write(offset, data)?;
+        if self.combining {
+            self.combine(offset, data.len())
+        } else {
+            self.proxy
+                .inner
+                .write(self.remote_offset + offset, data, self.opts)
+        }
+    }
+
+    /// Reads a word of the local copy.
+    pub fn load_u32(&self, offset: usize) -> Result<u32> {
+        self.local.load_u32(offset)
+    }
+
+    fn combine(&self, offset: usize, len: usize) -> Result<()> {
+        match self.dirty.get() {
+            Some((s, e)) if e == offset && e + len - s <= MAX_PACKET => {
+                self.dirty.set(Some((s, e + len)));
+                Ok(())
+            }
+            Some(_) => {
+                self.flush()?;
+                self.dirty.set(Some((offset, offset + len)));
+                Ok(())
+            }
+            None => {
+                self.dirty.set(Some((offset, offset + len)));
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends the pending combined packet, if any.
+    pub fn flush(&self) -> Result<()> {
+        let Some((s, e)) = self.dirty.take() else {
+            return Ok(());
+        };
+        let mut packet = [0u8; MAX_PACKET];
+        let p = &mut packet[..e - s];
+        self.local.read(s, p)?;
+        self.proxy.inner.write(self.remote_offset + s, p, self.opts)
+    }
+
+    /// A guard that batches stores and flushes when dropped.
+    pub fn batch(&self) -> AuBatch<'_> {
+        AuBatch { b: self }
+    }
+}
+
+impl Drop for AutoUpdateBinding {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            if !matches!(e, Error::Unexported | Error::NotImported) {
+                eprintln!("vmmc: automatic update lost at unbind: {e}");
+            }
+        }
+    }
+}
+
+/// Flushes its binding when dropped (DESIGN.md: "guards that flush on drop").
+pub struct AuBatch<'a> {
+    b: &'a AutoUpdateBinding,
+}
+
+impl std::ops::Deref for AuBatch<'_> {
+    type Target = AutoUpdateBinding;
+    fn deref(&self) -> &AutoUpdateBinding {
+        self.b
+    }
+}
+
+impl Drop for AuBatch<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.b.flush() {
+            eprintln!("vmmc: automatic update flush failed: {e}");
+        }
+    }
+}

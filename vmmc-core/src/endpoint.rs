@@ -1,0 +1,741 @@
+//! The VMMC API a program uses: [`Endpoint`] (export side, identity, notifications,
+//! redirection) and [`Proxy`] (an imported buffer: deliberate update, remote read, automatic
+//! update bindings).
+
+use crate::destspace::DestSpace;
+use crate::error::{Error, Result};
+use crate::notify::{Handler, Notifier};
+use crate::redirect::Redirected;
+use crate::region::{MemKind, Region};
+use crate::transport::{Caps, ExportSpec, ImportPoll, RemoteBuffer, Transport, WriteOpts};
+use crate::types::{page_size, BufId, Importers, JobInfo, NodeId, Notification, ProcId, WORD_SIZE};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a buffer is exported.
+#[derive(Clone, Default)]
+pub struct ExportOptions {
+    /// Who may import it.
+    pub importers: Importers,
+    /// The notification handler, if any (seed 000: zero or one per buffer).
+    pub handler: Option<Handler>,
+    /// Whether the buffer takes transfer redirection (seed 004).
+    pub redirectable: bool,
+}
+
+impl ExportOptions {
+    /// Export to anyone, no handler.
+    pub fn new() -> ExportOptions {
+        ExportOptions::default()
+    }
+    /// Restricts importers to `procs`.
+    pub fn importers(mut self, procs: impl IntoIterator<Item = ProcId>) -> Self {
+        self.importers = Importers::Only(procs.into_iter().collect());
+        self
+    }
+    /// Installs a notification handler.
+    pub fn handler(mut self, h: impl Fn(Notification) + Send + Sync + 'static) -> Self {
+        self.handler = Some(Arc::new(h));
+        self
+    }
+    /// Makes the buffer redirectable.
+    pub fn redirectable(mut self) -> Self {
+        self.redirectable = true;
+        self
+    }
+}
+
+struct Exported {
+    region: Region,
+    redirectable: bool,
+}
+
+pub(crate) struct ProxyInner {
+    pub(crate) remote: Box<dyn RemoteBuffer>,
+    pub(crate) len: usize,
+    pub(crate) owner: ProcId,
+    pub(crate) buf: BufId,
+    pub(crate) addr: usize,
+    pub(crate) live: AtomicBool,
+    pub(crate) max_write: usize,
+}
+
+impl ProxyInner {
+    /// The deliberate-update fast path: checks, then the transport's write. No allocation, no
+    /// lock (the transport's write must keep that promise too).
+    #[inline]
+    pub(crate) fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        if !self.live.load(Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
+        check_transfer(offset, data.len(), self.len)?;
+        if self.max_write == 0 || data.len() <= self.max_write {
+            return self.remote.write(offset, data, opts);
+        }
+        // Split, keeping order; only the last piece carries the notification.
+        let mut pos = 0;
+        while pos < data.len() {
+            let end = (pos + self.max_write).min(data.len());
+            let last = end == data.len();
+            self.remote.write(
+                offset + pos,
+                &data[pos..end],
+                WriteOpts {
+                    notify: opts.notify && last,
+                },
+            )?;
+            pos = end;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses transfers that are empty, not word-multiples or out of bounds (nothing is written).
+#[inline]
+pub(crate) fn check_transfer(offset: usize, len: usize, size: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::InvalidArgument("empty transfer"));
+    }
+    if offset % WORD_SIZE != 0 || len % WORD_SIZE != 0 {
+        return Err(Error::Unaligned { offset, len });
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+struct Shared {
+    t: Arc<dyn Transport>,
+    caps: Caps,
+    exports: Mutex<BTreeMap<BufId, Exported>>,
+    notifier: Arc<Notifier>,
+    dest: DestSpace<ProxyInner>,
+    dispatcher: Mutex<Option<JoinHandle<()>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// A process's handle on VMMC: its identity, its exports, its notifications.
+///
+/// Cheap to clone; all clones are the same endpoint. Dropping the last clone stops the
+/// notification thread and leaves the job cleanly.
+#[derive(Clone)]
+pub struct Endpoint {
+    sh: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("transport", &self.sh.t.name())
+            .field("me", &self.me())
+            .finish()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.t.wake();
+        if let Some(h) = self
+            .dispatcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = h.join();
+        }
+        let _ = self.t.finish();
+    }
+}
+
+impl Endpoint {
+    /// Wraps a transport that has completed its bootstrap.
+    pub fn new(t: Arc<dyn Transport>) -> Endpoint {
+        let caps = t.caps();
+        Endpoint {
+            sh: Arc::new(Shared {
+                t,
+                caps,
+                exports: Mutex::new(BTreeMap::new()),
+                notifier: Arc::new(Notifier::default()),
+                dest: DestSpace::default(),
+                dispatcher: Mutex::new(None),
+                stop: Arc::new(AtomicBool::new(false)),
+            }),
+        }
+    }
+
+    // ----- identity -----
+
+    /// The transport's name.
+    pub fn transport_name(&self) -> &'static str {
+        self.sh.t.name()
+    }
+    /// The transport's capabilities.
+    pub fn caps(&self) -> Caps {
+        self.sh.caps
+    }
+    /// The job.
+    pub fn job(&self) -> &JobInfo {
+        self.sh.t.job()
+    }
+    /// This process: (node, squid) (`vmmc_MyNode`, `vmmc_GetSquid`).
+    pub fn me(&self) -> ProcId {
+        self.job().me()
+    }
+    /// This process's rank in the job.
+    pub fn rank(&self) -> usize {
+        self.job().rank
+    }
+    /// Number of processes in the job.
+    pub fn size(&self) -> usize {
+        self.job().size
+    }
+    /// Identity of a rank.
+    pub fn proc_of(&self, rank: usize) -> Result<ProcId> {
+        self.job()
+            .procs
+            .get(rank)
+            .copied()
+            .ok_or(Error::InvalidArgument("rank out of range"))
+    }
+    /// Host names of the machine, by node id (`vmmc_AllHosts`).
+    pub fn hosts(&self) -> &[String] {
+        &self.job().hosts
+    }
+    /// This host's name (`vmmc_MyHostName`).
+    pub fn my_host_name(&self) -> &str {
+        &self.job().hosts[self.me().node as usize]
+    }
+    /// Host name of a node (`vmmc_NodeToName`).
+    pub fn node_to_name(&self, node: NodeId) -> Option<&str> {
+        self.job().hosts.get(node as usize).map(|s| s.as_str())
+    }
+    /// Node of a host name (`vmmc_NameToNode`).
+    pub fn name_to_node(&self, name: &str) -> Option<NodeId> {
+        self.job()
+            .hosts
+            .iter()
+            .position(|h| h == name)
+            .map(|i| i as NodeId)
+    }
+    /// The VMMC process that started this one, if any (`vmmc_Parent`).
+    pub fn parent(&self) -> Option<ProcId> {
+        self.job().parent
+    }
+    /// VMMC page size (`vmmc_PageSize`).
+    pub fn page_size(&self) -> usize {
+        page_size()
+    }
+    /// VMMC word size (`vmmc_WordSize`).
+    pub fn word_size(&self) -> usize {
+        WORD_SIZE
+    }
+    /// Library version (`vmmc_Version`).
+    pub fn version(&self) -> &'static str {
+        crate::types::VERSION
+    }
+    /// Whether a process of the job is still running.
+    pub fn peer_alive(&self, p: ProcId) -> bool {
+        self.sh.t.peer_alive(p)
+    }
+    /// `Err(PeerLost)` when `p` is gone: for wait loops that must not hang on a dead peer.
+    pub fn check_peer(&self, p: ProcId) -> Result<()> {
+        if self.peer_alive(p) {
+            Ok(())
+        } else {
+            Err(Error::PeerLost(p.to_string()))
+        }
+    }
+
+    /// Allocates memory for a receive buffer. `Shared` memory is written by importers at
+    /// user level; `Private` memory through the kernel, one system call per send.
+    pub fn alloc(&self, len: usize, kind: MemKind) -> Result<Region> {
+        Region::alloc(len, kind)
+    }
+
+    // ----- export side -----
+
+    /// Exports `region` as receive buffer `buf` (`vmmc_ExportRecvBuf`).
+    pub fn export(&self, buf: BufId, region: &Region, opts: ExportOptions) -> Result<()> {
+        if region.is_empty() {
+            return Err(Error::InvalidArgument("empty receive buffer"));
+        }
+        let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if ex.contains_key(&buf) {
+            return Err(Error::BufIdInUse(buf));
+        }
+        let (lo, hi) = (
+            region.as_ptr() as usize,
+            region.as_ptr() as usize + region.len(),
+        );
+        for e in ex.values() {
+            let (a, b) = (
+                e.region.as_ptr() as usize,
+                e.region.as_ptr() as usize + e.region.len(),
+            );
+            if lo < b && a < hi {
+                return Err(Error::Overlap(buf));
+            }
+        }
+        if let Some(h) = &opts.handler {
+            self.sh.notifier.set_handler(buf, Some(h.clone()));
+            self.ensure_dispatcher()?;
+        }
+        let r = self.sh.t.export(ExportSpec {
+            buf,
+            region,
+            importers: &opts.importers,
+            redirectable: opts.redirectable,
+            has_handler: opts.handler.is_some(),
+        });
+        if let Err(e) = r {
+            self.sh.notifier.set_handler(buf, None);
+            return Err(e);
+        }
+        ex.insert(
+            buf,
+            Exported {
+                region: region.clone(),
+                redirectable: opts.redirectable,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unexports `buf` (`vmmc_UnexportRecvBuf`): breaks every link, waits for data in flight;
+    /// afterwards nothing is written to it and importers' sends fail with `Unexported`.
+    pub fn unexport(&self, buf: BufId) -> Result<()> {
+        let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if !ex.contains_key(&buf) {
+            return Err(Error::NoSuchBuffer(buf));
+        }
+        self.sh.t.unexport(buf)?;
+        ex.remove(&buf);
+        self.sh.notifier.set_handler(buf, None);
+        Ok(())
+    }
+
+    /// The region exported as `buf`.
+    pub fn exported_region(&self, buf: BufId) -> Option<Region> {
+        let ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        ex.get(&buf).map(|e| e.region.clone())
+    }
+
+    fn redirectable(&self, buf: BufId) -> Result<()> {
+        let ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        match ex.get(&buf) {
+            None => Err(Error::NoSuchBuffer(buf)),
+            Some(e) if !e.redirectable => Err(Error::NotRedirectable(buf)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Posts a transfer redirection (`vmmc_PostRedir`): data arriving for buffer offsets
+    /// `buf_offset..buf_offset+len` goes to `dest[dest_offset..dest_offset+len]`.
+    pub fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.redirectable(buf)?;
+        let size = self.exported_region(buf).map_or(0, |r| r.len());
+        check_transfer(buf_offset, len, size)?;
+        match dest_offset.checked_add(len) {
+            Some(e) if e <= dest.len() && len > 0 => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: dest_offset,
+                    len,
+                    size: dest.len(),
+                })
+            }
+        }
+        self.sh
+            .t
+            .post_redir(buf, dest, dest_offset, buf_offset, len)
+    }
+
+    /// Ends the redirection (`vmmc_EndRedir`) and reports exactly what was redirected.
+    pub fn end_redir(&self, buf: BufId) -> Result<Redirected> {
+        self.redirectable(buf)?;
+        self.sh.t.end_redir(buf)
+    }
+
+    /// Offset of the last word of the last message (`vmmc_DataEnd`), if any since the clear.
+    pub fn data_end(&self, buf: BufId) -> Result<Option<usize>> {
+        self.redirectable(buf)?;
+        self.sh.t.data_end(buf)
+    }
+
+    /// Clears the end-of-data word (`vmmc_ClearDataEnd`).
+    pub fn clear_data_end(&self, buf: BufId) -> Result<()> {
+        self.redirectable(buf)?;
+        self.sh.t.clear_data_end(buf)
+    }
+
+    // ----- notifications -----
+
+    fn ensure_dispatcher(&self) -> Result<()> {
+        let mut d = self.sh.dispatcher.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_some() {
+            return Ok(());
+        }
+        let t = self.sh.t.clone();
+        let n = self.sh.notifier.clone();
+        let stop = self.sh.stop.clone();
+        let h = std::thread::Builder::new()
+            .name("vmmc-notify".into())
+            .spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Err(e) =
+                        t.progress(&mut |x| n.deliver(x), Some(Duration::from_millis(500)))
+                    {
+                        if !stop.load(Ordering::SeqCst) {
+                            eprintln!("vmmc: notification thread stops: {e}");
+                        }
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::io("spawn notification thread", e))?;
+        *d = Some(h);
+        Ok(())
+    }
+
+    /// Blocks notifications (`vmmc_BlockNotifications`); nests; global to the process.
+    pub fn block_notifications(&self) {
+        self.sh.notifier.block()
+    }
+
+    /// Unblocks conditionally (`vmmc_UnblockNotifications`): 1 when unblocked (queued
+    /// notifications delivered), 0 when still nested; `NotifyOverflow` if some were lost while
+    /// blocked, `UnblockInHandler` for an unconditional unblock inside a handler.
+    pub fn unblock_notifications(&self) -> Result<i32> {
+        self.sh.notifier.unblock()
+    }
+
+    /// Bounds the queue of blocked notifications.
+    pub fn set_notify_queue(&self, capacity: usize) {
+        self.sh.notifier.set_capacity(capacity)
+    }
+
+    /// Number of handler calls completed so far.
+    pub fn notifications_delivered(&self) -> u64 {
+        self.sh.notifier.delivered()
+    }
+
+    /// Delivers arrived notifications on the calling thread (in addition to the endpoint's
+    /// notification thread); waits up to `timeout` for one. Returns how many arrived.
+    pub fn poll_notifications(&self, timeout: Option<Duration>) -> Result<usize> {
+        let n = self.sh.notifier.clone();
+        self.sh.t.progress(&mut |x| n.deliver(x), timeout)
+    }
+
+    // ----- import side -----
+
+    /// Imports buffer `buf` of `owner` (`vmmc_ImportRecvBuf`); waits until it is exported.
+    pub fn import(&self, owner: ProcId, buf: BufId) -> Result<Proxy> {
+        let req = self.import_async(owner, buf)?;
+        req.wait()
+    }
+
+    /// Starts an import (`vmmc_ImportRecvBufAsync`); poll its status.
+    pub fn import_async(&self, owner: ProcId, buf: BufId) -> Result<ImportRequest> {
+        let id = self.sh.t.import_request(owner, buf)?;
+        Ok(ImportRequest {
+            ep: self.clone(),
+            id,
+            owner,
+            buf,
+            done: false,
+        })
+    }
+
+    fn make_proxy(
+        &self,
+        remote: Box<dyn RemoteBuffer>,
+        owner: ProcId,
+        buf: BufId,
+    ) -> Result<Proxy> {
+        let len = remote.len();
+        if len >> crate::destspace::SPAN_SHIFT != 0 {
+            return Err(Error::InvalidArgument(
+                "receive buffer larger than a DestSpace span",
+            ));
+        }
+        let addr = self.sh.dest.alloc()?;
+        let inner = Arc::new(ProxyInner {
+            remote,
+            len,
+            owner,
+            buf,
+            addr,
+            live: AtomicBool::new(true),
+            max_write: self.sh.caps.max_write,
+        });
+        self.sh.dest.set(addr, inner.clone());
+        Ok(Proxy {
+            inner,
+            ep: self.clone(),
+        })
+    }
+
+    /// Releases a proxy (`vmmc_UnimportRecvBuf`): later sends through it fail.
+    pub fn unimport(&self, proxy: Proxy) -> Result<()> {
+        proxy.inner.live.store(false, Ordering::SeqCst);
+        self.sh.dest.remove(proxy.inner.addr);
+        proxy.inner.remote.fence()
+    }
+
+    fn at(&self, addr: usize) -> Result<(&ProxyInner, usize)> {
+        self.sh.dest.lookup(addr).ok_or(Error::NotImported)
+    }
+
+    /// Deliberate update by DestSpace address (`vmmc_SendData`): `addr` is a proxy's address
+    /// plus the destination offset.
+    #[inline]
+    pub fn send_at(&self, addr: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        let (p, off) = self.at(addr)?;
+        p.write(off, data, opts)
+    }
+
+    /// Remote read by DestSpace address (`vmmc_GetData`).
+    pub fn get_at(&self, addr: usize, out: &mut [u8]) -> Result<()> {
+        let (p, off) = self.at(addr)?;
+        get_data(p, off, out)
+    }
+
+    /// Size of the receive buffer behind a DestSpace address, and the address's offset in it.
+    pub fn proxy_extent(&self, addr: usize) -> Result<(usize, usize)> {
+        let (p, off) = self.at(addr)?;
+        Ok((p.len, off))
+    }
+}
+
+fn get_data(p: &ProxyInner, offset: usize, out: &mut [u8]) -> Result<()> {
+    if !p.live.load(Ordering::Relaxed) {
+        return Err(Error::NotImported);
+    }
+    check_transfer(offset, out.len(), p.len)?;
+    p.remote.read(offset, out)
+}
+
+/// An import in progress (`vmmc_ImportRecvBufAsync` / `vmmc_ImportRecvBufStatus`).
+pub struct ImportRequest {
+    ep: Endpoint,
+    id: u64,
+    owner: ProcId,
+    buf: BufId,
+    done: bool,
+}
+
+impl ImportRequest {
+    /// `Ok(None)` while the exporter has not exported the buffer; the proxy once it has.
+    pub fn status(&mut self) -> Result<Option<Proxy>> {
+        if self.done {
+            return Err(Error::InvalidArgument("import request already completed"));
+        }
+        match self.ep.sh.t.import_poll(self.id, false)? {
+            ImportPoll::Pending => Ok(None),
+            ImportPoll::Ready(r) => {
+                self.done = true;
+                self.ep.make_proxy(r, self.owner, self.buf).map(Some)
+            }
+        }
+    }
+
+    /// Waits for the import to complete.
+    pub fn wait(mut self) -> Result<Proxy> {
+        match self.ep.sh.t.import_poll(self.id, true)? {
+            ImportPoll::Pending => Err(Error::Protocol("blocking import returned pending".into())),
+            ImportPoll::Ready(r) => {
+                self.done = true;
+                self.ep.make_proxy(r, self.owner, self.buf)
+            }
+        }
+    }
+}
+
+/// An imported receive buffer: the sender's proxy for it (seed 000's DestSpace range).
+///
+/// `Send + Sync`: one proxy may be used from several threads; sends from one thread are in
+/// order.
+#[derive(Clone)]
+pub struct Proxy {
+    pub(crate) inner: Arc<ProxyInner>,
+    pub(crate) ep: Endpoint,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("owner", &self.inner.owner)
+            .field("buf", &self.inner.buf)
+            .field("len", &self.inner.len)
+            .field("dest_addr", &format_args!("{:#x}", self.inner.addr))
+            .finish()
+    }
+}
+
+/// Completion status of an asynchronous operation (`vmmc_AsyncStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncStatus {
+    /// Still in progress: the send buffer is not reusable yet.
+    Pending,
+    /// Complete: the data has left.
+    Done,
+}
+
+/// An asynchronous deliberate update. Owns its data until it completes, so the API stays
+/// safe (the rsmpi rule: a request holds its buffer).
+pub struct AsyncSend {
+    data: Arc<[u8]>,
+    result: Option<Result<()>>,
+}
+
+impl AsyncSend {
+    /// Completion status; an error if the transfer failed.
+    pub fn status(&mut self) -> Result<AsyncStatus> {
+        match &self.result {
+            None => Ok(AsyncStatus::Pending),
+            Some(Ok(())) => Ok(AsyncStatus::Done),
+            Some(Err(_)) => Err(self.result.take().and_then(|r| r.err()).expect("error")),
+        }
+    }
+    /// Waits for completion and gives the data back.
+    pub fn wait(self) -> Result<Arc<[u8]>> {
+        match self.result {
+            Some(Err(e)) => Err(e),
+            _ => Ok(self.data),
+        }
+    }
+}
+
+impl Proxy {
+    /// Size of the receive buffer in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    /// Whether the receive buffer is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+    /// The exporter.
+    pub fn owner(&self) -> ProcId {
+        self.inner.owner
+    }
+    /// The exporter's buffer id.
+    pub fn buf_id(&self) -> BufId {
+        self.inner.buf
+    }
+    /// The proxy's base address in DestSpace.
+    pub fn dest_addr(&self) -> usize {
+        self.inner.addr
+    }
+    /// The endpoint that imported it.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// Deliberate update (`vmmc_SendData`): copies `data` to `offset` of the receive buffer;
+    /// returns when the data has left. Offset and length are word multiples.
+    #[inline]
+    pub fn send(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.inner.write(offset, data, WriteOpts::default())
+    }
+
+    /// Deliberate update with notification (`vmmc_SendDataNotify`).
+    #[inline]
+    pub fn send_notify(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.inner.write(offset, data, WriteOpts { notify: true })
+    }
+
+    /// Deliberate update with explicit options.
+    #[inline]
+    pub fn send_with(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        self.inner.write(offset, data, opts)
+    }
+
+    /// Asynchronous deliberate update (`vmmc_SendDataAsync`); holds `data` until done.
+    pub fn send_async(&self, offset: usize, data: impl Into<Arc<[u8]>>) -> Result<AsyncSend> {
+        self.send_async_with(offset, data, WriteOpts::default())
+    }
+
+    /// Asynchronous deliberate update with notification (`vmmc_SendDataAsyncNotify`).
+    pub fn send_async_notify(
+        &self,
+        offset: usize,
+        data: impl Into<Arc<[u8]>>,
+    ) -> Result<AsyncSend> {
+        self.send_async_with(offset, data, WriteOpts { notify: true })
+    }
+
+    fn send_async_with(
+        &self,
+        offset: usize,
+        data: impl Into<Arc<[u8]>>,
+        opts: WriteOpts,
+    ) -> Result<AsyncSend> {
+        let data = data.into();
+        // Bad arguments are refused at once, as for the blocking send.
+        check_transfer(offset, data.len(), self.inner.len)?;
+        // Transports without real asynchronous sends complete here; the data has left when
+        // the status says Done.
+        let result = self.inner.write(offset, &data, opts);
+        Ok(AsyncSend {
+            data,
+            result: Some(result),
+        })
+    }
+
+    /// Remote read (`vmmc_GetData`): copies `out.len()` bytes from `offset` of the receive
+    /// buffer.
+    pub fn get_data(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        get_data(&self.inner, offset, out)
+    }
+
+    /// Asynchronous remote read (`vmmc_GetDataAsync`); the result owns the data read.
+    pub fn get_data_async(&self, offset: usize, len: usize) -> Result<AsyncGet> {
+        check_transfer(offset, len, self.inner.len)?;
+        let mut out = vec![0u8; len];
+        let result = get_data(&self.inner, offset, &mut out).map(|()| out);
+        Ok(AsyncGet {
+            result: Some(result),
+        })
+    }
+
+    /// Waits until every earlier send through this proxy is visible at the receiver.
+    pub fn fence(&self) -> Result<()> {
+        self.inner.remote.fence()
+    }
+}
+
+/// An asynchronous remote read.
+pub struct AsyncGet {
+    result: Option<Result<Vec<u8>>>,
+}
+
+impl AsyncGet {
+    /// Completion status.
+    pub fn status(&self) -> AsyncStatus {
+        if self.result.is_some() {
+            AsyncStatus::Done
+        } else {
+            AsyncStatus::Pending
+        }
+    }
+    /// Waits and returns the data read.
+    pub fn wait(mut self) -> Result<Vec<u8>> {
+        self.result
+            .take()
+            .unwrap_or(Err(Error::Protocol("remote read lost".into())))
+    }
+}

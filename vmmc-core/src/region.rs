@@ -1,0 +1,334 @@
+//! Memory regions that VMMC may write behind the program's back.
+//!
+//! A receive buffer is written by other processes while this one runs, so the program never
+//! holds a `&[u8]` to it: it reads and writes through [`Region`]'s copying and atomic
+//! accessors. Two kinds exist, the two SHRIMP paths of DESIGN.md: `Shared` memory (a memfd
+//! that importers map and write at user level) and `Private` process memory (written by the
+//! kernel on the sender's behalf, one system call per send).
+
+use crate::error::{Error, Result};
+use crate::types::WORD_SIZE;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Where a region's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Shared memory (memfd) that importers on the same host map.
+    Shared,
+    /// Ordinary process memory.
+    Private,
+}
+
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+    /// Length actually mapped (rounded up to a page); 0 when the memory is borrowed.
+    mapped: usize,
+    fd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping is plain memory; all access goes through raw pointers with the
+// synchronisation the accessors state.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: ptr/mapped come from our own successful mmap and nobody else unmaps it.
+            unsafe { libc::munmap(self.ptr.cast(), self.mapped) };
+        }
+    }
+}
+
+/// A contiguous memory region owned by the library (cheap to clone: clones share it).
+#[derive(Clone)]
+pub struct Region {
+    map: Arc<Mapping>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("addr", &self.map.ptr)
+            .field("len", &self.map.len)
+            .field("kind", &self.kind())
+            .finish()
+    }
+}
+
+fn round_up_page(len: usize) -> usize {
+    let p = crate::types::page_size();
+    len.div_ceil(p).max(1) * p
+}
+
+impl Region {
+    /// Allocates `len` zeroed bytes of shared memory (a memfd mapped here).
+    pub fn alloc_shared(len: usize) -> Result<Region> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("region length must be positive"));
+        }
+        let mapped = round_up_page(len);
+        // SAFETY: memfd_create with a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"vmmc-region".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::last_os("memfd_create"));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), mapped as libc::off_t) } != 0 {
+            return Err(Error::last_os("ftruncate"));
+        }
+        let ptr = map_fd(fd.as_raw_fd(), mapped)?;
+        Ok(Region {
+            map: Arc::new(Mapping {
+                ptr,
+                len,
+                mapped,
+                fd: Some(fd),
+            }),
+        })
+    }
+
+    /// Allocates `len` zeroed bytes of private (anonymous) process memory.
+    pub fn alloc_private(len: usize) -> Result<Region> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("region length must be positive"));
+        }
+        let mapped = round_up_page(len);
+        // SAFETY: anonymous private mapping, no file.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::last_os("mmap"));
+        }
+        Ok(Region {
+            map: Arc::new(Mapping {
+                ptr: ptr.cast(),
+                len,
+                mapped,
+                fd: None,
+            }),
+        })
+    }
+
+    /// Allocates a region of the given kind.
+    pub fn alloc(len: usize, kind: MemKind) -> Result<Region> {
+        match kind {
+            MemKind::Shared => Region::alloc_shared(len),
+            MemKind::Private => Region::alloc_private(len),
+        }
+    }
+
+    /// Maps `len` bytes of a shared-memory descriptor received from another process.
+    pub fn map_shared_fd(fd: OwnedFd, len: usize) -> Result<Region> {
+        let mapped = round_up_page(len);
+        let ptr = map_fd(fd.as_raw_fd(), mapped)?;
+        Ok(Region {
+            map: Arc::new(Mapping {
+                ptr,
+                len,
+                mapped,
+                fd: Some(fd),
+            }),
+        })
+    }
+
+    /// Wraps memory the caller owns (the C ABI's `vmmc_ExportRecvBuf(addr, len)`).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid, writable memory that stays allocated for as long as any
+    /// clone of the returned region lives, and that the caller reads only with the same care
+    /// as any memory written by another thread.
+    pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize) -> Region {
+        Region {
+            map: Arc::new(Mapping {
+                ptr,
+                len,
+                mapped: 0,
+                fd: None,
+            }),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Whether the region is empty (never, for allocated regions).
+    pub fn is_empty(&self) -> bool {
+        self.map.len == 0
+    }
+
+    /// Address of the first byte in this process.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.ptr
+    }
+
+    /// The memory's kind.
+    pub fn kind(&self) -> MemKind {
+        if self.map.fd.is_some() {
+            MemKind::Shared
+        } else {
+            MemKind::Private
+        }
+    }
+
+    /// The shared-memory descriptor, for `Shared` regions.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.map.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Whether two regions share memory.
+    pub fn same(&self, other: &Region) -> bool {
+        Arc::ptr_eq(&self.map, &other.map)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.map.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                offset,
+                len,
+                size: self.map.len,
+            }),
+        }
+    }
+
+    fn word(&self, offset: usize) -> Result<&AtomicU32> {
+        self.check(offset, WORD_SIZE)?;
+        if (self.map.ptr as usize + offset) % WORD_SIZE != 0 {
+            return Err(Error::Unaligned {
+                offset,
+                len: WORD_SIZE,
+            });
+        }
+        // SAFETY: in bounds and 4-byte aligned; the mapping outlives `self`; AtomicU32 has the
+        // layout of u32 and every access to shared words is atomic.
+        Ok(unsafe { &*(self.map.ptr.add(offset) as *const AtomicU32) })
+    }
+
+    /// Copies `out.len()` bytes starting at `offset` out of the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: bounds checked; the source may be written concurrently by a peer, which is
+        // the documented nature of a receive buffer (bytes may be torn, words read with
+        // `load_u32` are not).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.map.ptr.add(offset), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset` (a local store, not a transfer).
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: bounds checked; the region is writable memory of ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr.add(offset), data.len())
+        };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `offset` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
+        self.check(offset, len)?;
+        // SAFETY: bounds checked.
+        unsafe { std::ptr::write_bytes(self.map.ptr.add(offset), byte, len) };
+        Ok(())
+    }
+
+    /// Reads the word at `offset` with acquire ordering: a receiver that sees the last word of
+    /// a message this way sees all of it.
+    pub fn load_u32(&self, offset: usize) -> Result<u32> {
+        Ok(self.word(offset)?.load(Ordering::Acquire))
+    }
+
+    /// Stores a word at `offset` with release ordering.
+    pub fn store_u32(&self, offset: usize, value: u32) -> Result<()> {
+        self.word(offset)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Spins, then yields, until the word at `offset` satisfies `done`; returns its value.
+    /// `give_up` is polled now and then and ends the wait with its error (e.g. peer lost).
+    pub fn wait_u32(
+        &self,
+        offset: usize,
+        mut done: impl FnMut(u32) -> bool,
+        mut give_up: impl FnMut() -> Result<()>,
+    ) -> Result<u32> {
+        let w = self.word(offset)?;
+        let mut spins = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if done(v) {
+                return Ok(v);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                give_up()?;
+                if spins > 1 << 16 {
+                    std::thread::yield_now();
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+fn map_fd(fd: RawFd, len: usize) -> Result<*mut u8> {
+    // SAFETY: shared mapping of a memfd of at least `len` bytes.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(Error::last_os("mmap"));
+    }
+    Ok(ptr.cast())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accessors_check_bounds() {
+        let r = Region::alloc_shared(100).unwrap();
+        assert_eq!(r.len(), 100);
+        assert_eq!(r.kind(), MemKind::Shared);
+        r.write(96, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(r.load_u32(96).unwrap(), u32::from_ne_bytes([1, 2, 3, 4]));
+        assert!(matches!(
+            r.write(97, &[0; 4]),
+            Err(Error::OutOfBounds { .. })
+        ));
+        assert!(matches!(r.load_u32(98), Err(Error::Unaligned { .. })));
+        let mut out = [0u8; 4];
+        assert!(r.read(usize::MAX, &mut out).is_err());
+        let p = Region::alloc_private(8).unwrap();
+        assert_eq!(p.kind(), MemKind::Private);
+        assert!(Region::alloc_shared(0).is_err());
+    }
+}

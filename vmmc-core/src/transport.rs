@@ -1,0 +1,145 @@
+//! The boundary between the VMMC core and a fabric.
+//!
+//! A transport is the smallest set of operations every fabric can do, in the style of UCX's
+//! transport layer under its protocol layer: it advertises what it does natively in [`Caps`]
+//! and the core emulates the rest. Export names, permissions, the receive-buffer table,
+//! notification dispatch and automatic update belong to the core ([`crate::Endpoint`]).
+//!
+//! # Contract
+//! Every implementation keeps these guarantees; the conformance suite checks them.
+//! - [`RemoteBuffer::write`] is reliable and in order per (sender, receiving process): when a
+//!   receiver observes a write, every earlier write from the same sender to the same process is
+//!   visible too.
+//! - Within one write, the last word becomes visible last: a receiver that reads the last word
+//!   with acquire ordering ([`crate::Region::load_u32`]) sees every earlier byte of that write.
+//! - A notification is delivered by [`Transport::progress`] only after its own data and every
+//!   earlier write on that path are visible.
+//! - After [`Transport::unexport`] returns, no byte is written to the buffer any more, and
+//!   writes through existing links fail with [`Error::Unexported`].
+//! - A full queue is back-pressure ([`Error::WouldBlock`]), never a silent drop.
+//! - A peer that dies is reported ([`Error::PeerLost`]); nothing waits on it forever.
+//!
+//! The core checks bounds and alignment before calling a transport, so a transport sees only
+//! in-bounds, word-aligned transfers.
+
+use crate::error::{Error, Result};
+use crate::redirect::Redirected;
+use crate::region::Region;
+use crate::types::{BufId, Importers, JobInfo, Notification, ProcId};
+use std::time::Duration;
+
+/// What a transport does natively (UCX's `UCT_IFACE_FLAG_*`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caps {
+    /// Reads of imported buffers without the exporter's help (`get_data`).
+    pub remote_read: bool,
+    /// Single stores can be propagated at memory speed (automatic update without combining).
+    pub native_au: bool,
+    /// Transfer redirection done where the data is placed.
+    pub redirection: bool,
+    /// Real asynchronous sends (otherwise `send_async` completes before it returns).
+    pub async_send: bool,
+    /// Largest single write, in bytes (0: no limit); the core splits larger sends.
+    pub max_write: usize,
+}
+
+/// Options of one write: the options struct instead of one entry point per variant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOpts {
+    /// Raise a notification at the receiver after the data is in memory.
+    pub notify: bool,
+}
+
+/// What the core asks a transport to export.
+pub struct ExportSpec<'a> {
+    /// The exporter's buffer id.
+    pub buf: BufId,
+    /// The receive buffer's memory.
+    pub region: &'a Region,
+    /// Who may import it; the transport's trusted party enforces this.
+    pub importers: &'a Importers,
+    /// Whether the buffer takes transfer redirection (seed 004).
+    pub redirectable: bool,
+    /// Whether the core has a handler for it (senders may skip notifications otherwise).
+    pub has_handler: bool,
+}
+
+/// Result of polling an import request.
+pub enum ImportPoll {
+    /// The exporter has not exported the buffer yet.
+    Pending,
+    /// The import-export link is established.
+    Ready(Box<dyn RemoteBuffer>),
+}
+
+/// The sender's side of an import-export link.
+pub trait RemoteBuffer: Send + Sync {
+    /// Size of the receive buffer in bytes.
+    fn len(&self) -> usize;
+    /// Whether the receive buffer is empty (never, in practice).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Deliberate update: copies `data` to `offset` in the receive buffer and returns when the
+    /// data has left (it is visible, or in flight on an ordered path).
+    fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()>;
+    /// Remote read of the receive buffer (when [`Caps::remote_read`]).
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let _ = (offset, out);
+        Err(Error::Unsupported("remote read"))
+    }
+    /// Waits until every earlier write through this link is visible at the receiver.
+    fn fence(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A fabric under the VMMC core. Object safe: the core holds it as `Arc<dyn Transport>`.
+pub trait Transport: Send + Sync {
+    /// Short name ("shm", "sim", ...).
+    fn name(&self) -> &'static str;
+    /// What the transport does natively.
+    fn caps(&self) -> Caps;
+    /// The job as learned at bootstrap.
+    fn job(&self) -> &JobInfo;
+    /// Makes a receive buffer importable, through the trusted party.
+    fn export(&self, spec: ExportSpec<'_>) -> Result<()>;
+    /// Breaks every link to `buf`, waits for data in flight, and unregisters it.
+    fn unexport(&self, buf: BufId) -> Result<()>;
+    /// Starts an import; returns a request handle to poll.
+    fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64>;
+    /// Polls an import request; with `wait`, blocks until it is ready or fails.
+    fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll>;
+    /// Delivers arrived notifications to `sink`, waiting up to `timeout` for the first one
+    /// (`None`: until one arrives or [`Transport::wake`] is called). Returns how many.
+    fn progress(
+        &self,
+        sink: &mut dyn FnMut(Notification),
+        timeout: Option<Duration>,
+    ) -> Result<usize>;
+    /// Makes a concurrent [`Transport::progress`] return early.
+    fn wake(&self);
+    /// Whether a process of the job is still running.
+    fn peer_alive(&self, p: ProcId) -> bool;
+    /// Posts a redirection on an exported redirectable buffer: data arriving for
+    /// `buf_offset..buf_offset+len` goes to `dest[dest_offset..]` instead.
+    fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+    /// Cancels the posted redirection and reports exactly what was redirected.
+    fn end_redir(&self, buf: BufId) -> Result<Redirected>;
+    /// Offset of the last word of the last message into a redirectable buffer, if any since
+    /// the last clear.
+    fn data_end(&self, buf: BufId) -> Result<Option<usize>>;
+    /// Clears the end-of-data word.
+    fn clear_data_end(&self, buf: BufId) -> Result<()>;
+    /// Leaves the job cleanly (peers see an exit, not a crash).
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+}
