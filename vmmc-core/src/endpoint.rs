@@ -152,7 +152,28 @@ impl Drop for Shared {
     }
 }
 
+/// A weak handle on an endpoint, for handlers that call back into it without keeping it
+/// alive (an `Endpoint` captured by its own handler would never be dropped).
+#[derive(Clone)]
+pub struct WeakEndpoint {
+    sh: std::sync::Weak<Shared>,
+}
+
+impl WeakEndpoint {
+    /// The endpoint, if it still exists.
+    pub fn upgrade(&self) -> Option<Endpoint> {
+        self.sh.upgrade().map(|sh| Endpoint { sh })
+    }
+}
+
 impl Endpoint {
+    /// A weak handle (see [`WeakEndpoint`]).
+    pub fn downgrade(&self) -> WeakEndpoint {
+        WeakEndpoint {
+            sh: Arc::downgrade(&self.sh),
+        }
+    }
+
     /// Wraps a transport that has completed its bootstrap.
     pub fn new(t: Arc<dyn Transport>) -> Endpoint {
         let caps = t.caps();
@@ -425,6 +446,11 @@ impl Endpoint {
     /// Bounds the queue of blocked notifications.
     pub fn set_notify_queue(&self, capacity: usize) {
         self.sh.notifier.set_capacity(capacity)
+    }
+
+    /// Notifications queued while blocked, and those lost to overflow not yet reported.
+    pub fn notifications_pending(&self) -> (usize, u64) {
+        self.sh.notifier.pending()
     }
 
     /// Number of handler calls completed so far.

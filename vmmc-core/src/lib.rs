@@ -30,7 +30,7 @@ pub mod types;
 
 pub use au::{AuBatch, AuOptions, AutoUpdateBinding};
 pub use endpoint::{
-    AsyncGet, AsyncSend, AsyncStatus, Endpoint, ExportOptions, ImportRequest, Proxy,
+    AsyncGet, AsyncSend, AsyncStatus, Endpoint, ExportOptions, ImportRequest, Proxy, WeakEndpoint,
 };
 pub use error::{error_str, Error, Result};
 pub use notify::Handler;

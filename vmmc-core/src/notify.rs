@@ -193,6 +193,12 @@ impl Notifier {
         Ok(1)
     }
 
+    /// Notifications queued (blocked) and lost so far but not yet reported.
+    pub fn pending(&self) -> (usize, u64) {
+        let st = self.lock();
+        (st.queue.len(), st.lost)
+    }
+
     /// Current nesting depth of blocking outside handlers.
     pub fn depth(&self) -> u32 {
         self.lock().depth
