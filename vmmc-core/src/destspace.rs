@@ -114,6 +114,14 @@ impl<T> DestSpace<T> {
         Some((unsafe { &*p }, rel & ((1usize << SPAN_SHIFT) - 1)))
     }
 
+    /// Runs `f` holding the table's locks (tests).
+    #[doc(hidden)]
+    pub fn hold_locks(&self, f: &mut dyn FnMut()) {
+        let _r = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let _f = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        f()
+    }
+
     /// Removes the entry at span base `addr`.
     pub fn remove(&self, addr: usize) {
         let Some(base) = self.base.get() else { return };

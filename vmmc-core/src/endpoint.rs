@@ -190,6 +190,17 @@ impl Endpoint {
         }
     }
 
+    /// Runs `f` while holding every lock of the endpoint and its transport. For tests that
+    /// show the deliberate- and automatic-update fast paths take no lock.
+    #[doc(hidden)]
+    pub fn hold_locks_for_test(&self, f: &mut dyn FnMut()) {
+        let _e = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        let _d = self.sh.dispatcher.lock().unwrap_or_else(|e| e.into_inner());
+        self.sh
+            .notifier
+            .hold_lock(&mut || self.sh.dest.hold_locks(&mut || self.sh.t.hold_locks(f)));
+    }
+
     // ----- identity -----
 
     /// The transport's name.

@@ -193,6 +193,13 @@ impl Notifier {
         Ok(1)
     }
 
+    /// Runs `f` holding the dispatcher's lock (tests).
+    #[doc(hidden)]
+    pub fn hold_lock(&self, f: &mut dyn FnMut()) {
+        let _g = self.lock();
+        f()
+    }
+
     /// Notifications queued (blocked) and lost so far but not yet reported.
     pub fn pending(&self) -> (usize, u64) {
         let st = self.lock();

@@ -138,6 +138,12 @@ pub trait Transport: Send + Sync {
     fn data_end(&self, buf: BufId) -> Result<Option<usize>>;
     /// Clears the end-of-data word.
     fn clear_data_end(&self, buf: BufId) -> Result<()>;
+    /// Runs `f` while holding every lock of the transport (tests use it to show that the
+    /// deliberate- and automatic-update paths take none).
+    #[doc(hidden)]
+    fn hold_locks(&self, f: &mut dyn FnMut()) {
+        f()
+    }
     /// Leaves the job cleanly (peers see an exit, not a crash).
     fn finish(&self) -> Result<()> {
         Ok(())

@@ -516,6 +516,15 @@ impl Transport for ShmTransport {
         Ok(())
     }
 
+    fn hold_locks(&self, f: &mut dyn FnMut()) {
+        let _c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let _n = self.consumer.lock().unwrap_or_else(|e| e.into_inner());
+        let _e = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+        let _r = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let _q = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        f()
+    }
+
     fn finish(&self) -> Result<()> {
         if self.finished.swap(1, Ordering::SeqCst) == 0 {
             let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
