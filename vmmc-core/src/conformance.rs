@@ -165,7 +165,7 @@ pub fn wait_for(
     let mut n = 0u32;
     while !cond() {
         n = n.wrapping_add(1);
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             if let Some(r) = peer {
                 ep.check_peer(ep.proc_of(r).ctx("rank")?).ctx(what)?;
             }

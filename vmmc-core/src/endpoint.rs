@@ -99,7 +99,7 @@ pub(crate) fn check_transfer(offset: usize, len: usize, size: usize) -> Result<(
     if len == 0 {
         return Err(Error::InvalidArgument("empty transfer"));
     }
-    if offset % WORD_SIZE != 0 || len % WORD_SIZE != 0 {
+    if !offset.is_multiple_of(WORD_SIZE) || !len.is_multiple_of(WORD_SIZE) {
         return Err(Error::Unaligned { offset, len });
     }
     match offset.checked_add(len) {

@@ -111,7 +111,7 @@ impl RedirSlot {
                 }
                 _ => {
                     spins = spins.wrapping_add(1);
-                    if spins % 1024 == 0 {
+                    if spins.is_multiple_of(1024) {
                         give_up()?;
                         std::thread::yield_now();
                     }
@@ -218,12 +218,9 @@ impl Default for RedirSlot {
 mod tests {
     use super::*;
 
-    fn run(
-        slot: &RedirSlot,
-        off: usize,
-        data: &[u8],
-        chunk: usize,
-    ) -> (Vec<(usize, Vec<u8>)>, Vec<(u64, Vec<u8>)>) {
+    type Pieces = (Vec<(usize, Vec<u8>)>, Vec<(u64, Vec<u8>)>);
+
+    fn run(slot: &RedirSlot, off: usize, data: &[u8], chunk: usize) -> Pieces {
         let (mut d, mut r) = (vec![], vec![]);
         slot.deliver(off, data, chunk, |p| {
             match p {

@@ -210,7 +210,7 @@ impl Region {
 
     fn word(&self, offset: usize) -> Result<&AtomicU32> {
         self.check(offset, WORD_SIZE)?;
-        if (self.map.ptr as usize + offset) % WORD_SIZE != 0 {
+        if !(self.map.ptr as usize + offset).is_multiple_of(WORD_SIZE) {
             return Err(Error::Unaligned {
                 offset,
                 len: WORD_SIZE,
@@ -279,7 +279,7 @@ impl Region {
                 return Ok(v);
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 give_up()?;
                 if spins > 1 << 16 {
                     std::thread::yield_now();

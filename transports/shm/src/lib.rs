@@ -141,9 +141,6 @@ impl ShmTransport {
             }
         };
         let sock = connect_seqpacket(&path)?;
-        if own.is_some() && env.launcher == Launcher::Mpi {
-            // Every rank connects right away; the path is not needed after the job starts.
-        }
         let ring = Ring::create()?;
         let hello = Msg::Hello {
             rank: env.rank as u32,
@@ -162,6 +159,11 @@ impl ShmTransport {
             other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
         let status = Status::open(fds.pop().expect("checked"), env.size)?;
+        if own.is_some() {
+            // Every rank has connected: nothing needs the path any more, and a crash must not
+            // leave it behind.
+            let _ = std::fs::remove_file(&path);
+        }
         let job = JobInfo {
             rank: env.rank,
             size: env.size,
@@ -645,7 +647,7 @@ impl RemoteShm {
             // Back-pressure: the receiver's notification thread drains the ring continuously,
             // so wait for it, unless it is gone.
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 if !self.status.alive(self.owner_rank) {
                     return Err(Error::PeerLost(format!("rank {}", self.owner_rank)));
                 }

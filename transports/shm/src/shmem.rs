@@ -45,6 +45,10 @@ impl Map {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the mapping is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     /// A shared-memory object at byte `offset`.
     ///
     /// `T` must consist of atomics only and fit: checked with an assertion (layout bug).

@@ -1,0 +1,170 @@
+//! The launcher across real processes: success, failing ranks, crashes and cleanup, output
+//! tagging, bad arguments, and the bootstrap under an MPI launcher.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vmmc-run"))
+}
+
+fn example(name: &str) -> PathBuf {
+    // Integration tests live in target/<profile>/deps; examples in target/<profile>/examples.
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(p.exists(), "example {name} not built at {}", p.display());
+    p
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(launcher())
+        .args(args)
+        .output()
+        .expect("run vmmc-run")
+}
+
+fn job_dirs(pid: u32) -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("vmmc-job-{pid}-")))
+        .collect()
+}
+
+#[test]
+fn runs_a_job_and_tags_output() {
+    let ring = example("ring");
+    let out = run(&["-n", "3", "--tag-output", "--", ring.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in 0..3 {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("[{r}] rank {r}/3"))),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_failing_rank_fails_the_job_and_others_are_told() {
+    let fail = example("fail");
+    let out = run(&["-n", "3", "--", fail.to_str().unwrap(), "exit", "1", "3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("saw rank 1 go").count(), 2, "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank 1 exited with status 3"));
+}
+
+#[test]
+fn a_killed_rank_is_reported_and_the_job_cleaned_up() {
+    let fail = example("fail");
+    let child = Command::new(launcher())
+        .args(["-n", "3", "--", fail.to_str().unwrap(), "kill", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 9),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("saw rank 2 go").count(), 2, "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank 2 killed by signal 9"));
+    assert!(job_dirs(pid).is_empty(), "job directory left behind");
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let out = run(&["-n", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-n must be at least 1"));
+    let out = run(&["-n", "1", "--transport", "carrier-pigeon", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown transport"));
+    let out = run(&["-n", "1", "--", "/nonexistent/program"]);
+    assert_eq!(out.status.code(), Some(127));
+    let out = run(&["-n", "2", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "programs that do not use VMMC still run"
+    );
+}
+
+#[test]
+fn a_lone_program_is_a_job_of_one() {
+    let out = Command::new(example("ring")).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 0/1"));
+}
+
+#[test]
+fn bootstrap_reports_a_bad_environment() {
+    let out = Command::new(example("ring"))
+        .env("VMMC_RANK", "5")
+        .env("VMMC_SIZE", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rank 5 out of range"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(example("ring"))
+        .env("VMMC_TRANSPORT", "rdma")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built in"));
+}
+
+#[test]
+fn runs_under_mpirun() {
+    let Ok(which) = Command::new("sh")
+        .args(["-c", "command -v mpirun"])
+        .output()
+    else {
+        panic!("sh missing");
+    };
+    if !which.status.success() {
+        panic!("mpirun is not installed: the test command installs openmpi-bin (see README)");
+    }
+    let out = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .arg(example("ring"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("got token").count(), 3, "{stdout}");
+}
