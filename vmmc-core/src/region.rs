@@ -324,7 +324,8 @@ mod tests {
             r.write(97, &[0; 4]),
             Err(Error::OutOfBounds { .. })
         ));
-        assert!(matches!(r.load_u32(98), Err(Error::Unaligned { .. })));
+        assert!(matches!(r.load_u32(2), Err(Error::Unaligned { .. })));
+        assert!(matches!(r.load_u32(98), Err(Error::OutOfBounds { .. })));
         let mut out = [0u8; 4];
         assert!(r.read(usize::MAX, &mut out).is_err());
         let p = Region::alloc_private(8).unwrap();
