@@ -1,0 +1,224 @@
+//! The ping-pong of seed 003 §3.4 over VMMC, run as two ranks:
+//! `vmmc-run -n 2 -- pingpong [--reps R] [--max-size BYTES] [--json]`.
+//!
+//! Two processes bounce equally sized messages; one-way latency is half a round trip and
+//! bandwidth is the message size over it. The strategies:
+//! - `DU-0copy`: a deliberate update from the sender's user buffer straight into the
+//!   receiver's buffer (a memfd mapping, written at user level); the receiver reads nothing.
+//! - `DU-1copy`: the same, and the receiver copies the message out to a user buffer.
+//! - `DU-syscall`: DU-0copy into ordinary process memory, one `process_vm_writev` per send
+//!   (SHRIMP-I's kernel path).
+//! - `AU-1copy`: the sender writes the message into its automatic-update region (the copy), which
+//!   propagates it; the receiver reads nothing.
+//! - `AU-2copy`: AU-1copy plus the receiver's copy out.
+//!
+//! The last word of each message carries a sequence number; the receiver spins on it (a
+//! receiver that sees the last word sees the whole message).
+
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+use vmmc::{AuOptions, Endpoint, ExportOptions, MemKind, Proxy, Region};
+use vmmc_benches::stats::{median, sizes};
+
+const BUF: usize = 1 << 20;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strategy {
+    Du0,
+    Du1,
+    DuSys,
+    Au1,
+    Au2,
+}
+
+impl Strategy {
+    fn name(self) -> &'static str {
+        match self {
+            Strategy::Du0 => "DU-0copy",
+            Strategy::Du1 => "DU-1copy",
+            Strategy::DuSys => "DU-syscall",
+            Strategy::Au1 => "AU-1copy",
+            Strategy::Au2 => "AU-2copy",
+        }
+    }
+}
+
+struct Side {
+    ep: Endpoint,
+    shared: Region,
+    private: Region,
+    to_shared: Proxy,
+    to_private: Proxy,
+    ctrl: Region,
+    to_ctrl: Proxy,
+    seq: u32,
+}
+
+fn wait_word(r: &Region, off: usize, want: u32, ep: &Endpoint, peer: vmmc::ProcId) {
+    let mut n = 0u32;
+    while r.load_u32(off).expect("in bounds") != want {
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(1 << 20) {
+            ep.check_peer(peer).expect("peer died");
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Runs `iters` round trips of `size` bytes; returns the elapsed time.
+fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration {
+    let me = s.ep.rank();
+    let peer = s.ep.proc_of(1 - me).expect("peer");
+    let last = size - 4;
+    let mut msg = vec![0xA5u8; size];
+    let mut sink = vec![0u8; size];
+    let (dest_proxy, my_buf) = match st {
+        Strategy::DuSys => (&s.to_private, &s.private),
+        _ => (&s.to_shared, &s.shared),
+    };
+    let au = match st {
+        Strategy::Au1 | Strategy::Au2 => Some(
+            dest_proxy
+                .bind_region(s.ep.alloc(size, MemKind::Private).expect("alloc"), 0, AuOptions::default())
+                .expect("bind"),
+        ),
+        _ => None,
+    };
+    let copy_out = matches!(st, Strategy::Du1 | Strategy::Au2);
+    let start = Instant::now();
+    for _ in 0..iters {
+        s.seq = s.seq.wrapping_add(1);
+        let seq = s.seq;
+        msg[last..].copy_from_slice(&seq.to_ne_bytes());
+        let send = |msg: &[u8]| match &au {
+            Some(b) => b.write(0, msg).expect("AU write"),
+            None => dest_proxy.send(0, msg).expect("DU send"),
+        };
+        if me == 0 {
+            send(&msg);
+            wait_word(my_buf, last, seq, &s.ep, peer);
+            if copy_out {
+                my_buf.read(0, &mut sink).expect("copy out");
+            }
+        } else {
+            wait_word(my_buf, last, seq, &s.ep, peer);
+            if copy_out {
+                my_buf.read(0, &mut sink).expect("copy out");
+            }
+            send(&msg);
+        }
+    }
+    std::hint::black_box(&sink);
+    start.elapsed()
+}
+
+fn main() -> Result<(), vmmc::Error> {
+    let mut reps = 5usize;
+    let mut max = BUF;
+    let mut json = false;
+    let mut only: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--reps" => reps = args.next().and_then(|v| v.parse().ok()).expect("--reps N"),
+            "--max-size" => max = args.next().and_then(|v| v.parse().ok()).expect("--max-size BYTES"),
+            "--json" => json = true,
+            "--only" => only = args.next(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let ep = vmmc_run::init()?;
+    if ep.size() != 2 {
+        eprintln!("pingpong needs exactly 2 ranks (vmmc-run -n 2 -- pingpong)");
+        std::process::exit(2);
+    }
+    let shared = ep.alloc(BUF, MemKind::Shared)?;
+    let private = ep.alloc(BUF, MemKind::Private)?;
+    ep.export(1, &shared, ExportOptions::new())?;
+    ep.export(2, &private, ExportOptions::new())?;
+    let peer = ep.proc_of(1 - ep.rank())?;
+    let ctrl = ep.alloc(64, MemKind::Shared)?;
+    ep.export(3, &ctrl, ExportOptions::new())?;
+    let to_shared = ep.import(peer, 1)?;
+    let to_private = ep.import(peer, 2)?;
+    let to_ctrl = ep.import(peer, 3)?;
+    let mut side = Side {
+        ep: ep.clone(),
+        shared,
+        private,
+        to_shared,
+        to_private,
+        ctrl,
+        to_ctrl,
+        seq: 0,
+    };
+    let all = [Strategy::Au1, Strategy::Au2, Strategy::Du0, Strategy::Du1, Strategy::DuSys];
+    let sizes: Vec<usize> = sizes().into_iter().filter(|s| *s <= max.min(BUF)).collect();
+    for st in all {
+        if only.as_deref().is_some_and(|o| o != st.name()) {
+            continue;
+        }
+        let mut points = Vec::new();
+        for &size in &sizes {
+            // Calibrate: both ranks run the same number of iterations, chosen by rank 0's
+            // first estimate and agreed through a fixed formula on the warm-up time.
+            let warm = round_trips(&mut side, st, size, 200);
+            let per = warm.as_secs_f64() / 200.0;
+            // Both ranks measured the same warm-up (they move in lockstep), so they agree.
+            let iters = ((0.04 / per.max(1e-9)) as u32).clamp(20, 200_000);
+            let iters = agree(&mut side, iters);
+            let mut lat = Vec::new();
+            for _ in 0..reps {
+                let t = round_trips(&mut side, st, size, iters);
+                lat.push(t.as_secs_f64() / (2.0 * iters as f64) * 1e6);
+            }
+            let l = median(&mut lat);
+            points.push((size, l, size as f64 / l)); // bytes/us = MB/s
+        }
+        if ep.rank() == 0 {
+            if json {
+                let pts: Vec<String> = points
+                    .iter()
+                    .map(|(s, l, b)| format!("{{\"size\":{s},\"latency_us\":{l:.4},\"bandwidth_mbs\":{b:.2}}}"))
+                    .collect();
+                println!("{{\"series\":\"{}\",\"points\":[{}]}}", st.name(), pts.join(","));
+            } else {
+                println!("{}", st.name());
+                for (s, l, b) in &points {
+                    println!("  {s:>8} B  {l:>9.3} us  {b:>9.1} MB/s");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0's iteration count wins: it sends it in the last word of a 4-byte DU message.
+fn agree(s: &mut Side, iters: u32) -> u32 {
+    // A separate control buffer, away from the messages.
+    let off = 0;
+    let peer = s.ep.proc_of(1 - s.ep.rank()).expect("peer");
+    if s.ep.rank() == 0 {
+        s.to_ctrl.send(off, &iters.to_ne_bytes()).expect("send");
+        // Wait for the acknowledgement (the peer echoes it back).
+        wait_word(&s.ctrl, off, iters, &s.ep, peer);
+        s.ctrl.store_u32(off, 0).expect("reset");
+        iters
+    } else {
+        let mut n = 0u32;
+        let v = loop {
+            let v = s.ctrl.load_u32(off).expect("read");
+            if v != 0 {
+                break v;
+            }
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(1 << 20) {
+                s.ep.check_peer(peer).expect("peer died");
+            }
+        };
+        s.ctrl.store_u32(off, 0).expect("reset");
+        s.to_ctrl.send(off, &v.to_ne_bytes()).expect("send");
+        v
+    }
+}
