@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what the tests and the benchmarks need on a fresh Debian 12 machine:
+# Open MPI (the MPI baseline and the mpirun bootstrap test), clang/libclang and pkg-config
+# (bindgen, for mpi-sys), and a C compiler (the C API test). Idempotent: skips what is there.
+set -euo pipefail
+need=()
+for pkg in libopenmpi-dev openmpi-bin clang libclang-dev pkg-config gcc libc6-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
