@@ -143,6 +143,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         };
         let rank = children[pos].0;
         left -= 1;
+        rv.mark_ended(rank);
         let code = if libc::WIFEXITED(status) {
             libc::WEXITSTATUS(status) as u8
         } else if libc::WIFSIGNALED(status) {

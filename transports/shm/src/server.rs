@@ -40,6 +40,7 @@ struct State {
     squids: Vec<u32>,
     hellos: usize,
     welcomed: bool,
+    aborted: Option<String>,
     status: Status,
     finished: usize,
 }
@@ -74,6 +75,7 @@ impl Rendezvous {
                 squids,
                 hellos: 0,
                 welcomed: false,
+                aborted: None,
                 status: Status::create(size)?,
                 finished: 0,
             }),
@@ -118,8 +120,25 @@ impl Rendezvous {
     pub fn mark_dead(&self, rank: usize) {
         let mut st = self.st.0.lock().unwrap_or_else(|e| e.into_inner());
         if rank < st.size && st.status.alive(rank) {
+            if !st.welcomed {
+                abort_start(&mut st, &format!("rank {rank} died before the job started"));
+            }
             gone(&mut st, rank, state::DEAD);
             self.st.1.notify_all();
+        }
+    }
+
+    /// A rank ended (with any status): if it never joined, the job cannot start, and the ranks
+    /// waiting for it are told so instead of waiting forever.
+    pub fn mark_ended(&self, rank: usize) {
+        let mut st = self.st.0.lock().unwrap_or_else(|e| e.into_inner());
+        if rank < st.size && !st.welcomed && st.status.get(rank) == state::STARTING {
+            abort_start(
+                &mut st,
+                &format!("rank {rank} ended without joining the job"),
+            );
+            let pid = st.status.pid(rank);
+            st.status.set(rank, state::EXITED, pid);
         }
     }
 }
@@ -211,6 +230,16 @@ fn fail(st: &State, importer: usize, req: u64, e: &Error) {
     }
 }
 
+/// The job cannot start: every rank waiting for the welcome gets an error instead.
+fn abort_start(st: &mut State, why: &str) {
+    st.welcomed = true; // no welcome will ever be sent now
+    st.aborted = Some(why.to_string());
+    let m = Msg::err(0, &Error::Bootstrap(why.to_string()));
+    for c in st.conns.iter().flatten() {
+        send(c, &m, &[]);
+    }
+}
+
 /// A process left: revoke its exports, fail imports waiting on it.
 fn gone(st: &mut State, rank: usize, how: u32) {
     let pid = st.status.pid(rank);
@@ -247,6 +276,14 @@ fn serve(st: Arc<(Mutex<State>, Condvar)>, stream: UnixStream) {
             Ok(Msg::Hello { rank, pid }) if fds.len() == 1 => {
                 let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
                 let r = rank as usize;
+                if let Some(why) = &s.aborted {
+                    let _ = sys::send_msg(
+                        fd,
+                        &Msg::err(0, &Error::Bootstrap(why.clone())).encode(),
+                        &[],
+                    );
+                    return;
+                }
                 if r >= s.size || s.conns[r].is_some() || s.status.get(r) != state::STARTING {
                     let _ = sys::send_msg(
                         fd,
