@@ -1,39 +1,62 @@
-//! Two threads bounce a value through two cache lines: the physical limit of a small message
+//! Two threads bounce a counter through two cache lines: the physical limit of a small message
 //! between two cores, against which the VMMC latency is compared.
+//!
+//! Thread A stores `i` into its line with `Release` and spins with `Acquire` until the other
+//! line holds `i`; thread B waits for `i` on A's line and mirrors it back. Each round trip is
+//! therefore two cache-line transfers; one-way latency is half a round trip.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
+/// One flag on its own cache line. Aligned to 128 bytes (so also 64-byte aligned): besides
+/// sitting on separate 64-byte lines, the two flags do not share the 128-byte pair that
+/// adjacent-line prefetchers fetch together, which would add false traffic.
 #[repr(align(128))]
 struct Line(AtomicU32);
 
-/// One-way latency in nanoseconds of `iters` round trips.
-pub fn cacheline_pingpong(iters: u32) -> f64 {
+fn wait_for(line: &Line, want: u32) {
+    while line.0.load(Ordering::Acquire) != want {
+        std::hint::spin_loop();
+    }
+}
+
+/// One-way latency in nanoseconds of `iters` round trips of the two-thread cache-line
+/// ping-pong (elapsed time / (2 × `iters`)); `iters == 0` is measured as 1.
+///
+/// Both threads spin, so this needs two idle cores to mean anything.
+pub fn cacheline_pingpong(iters: u64) -> f64 {
+    let iters = iters.max(1);
     let a = Line(AtomicU32::new(0));
     let b = Line(AtomicU32::new(0));
+    // The counter is carried modulo 2^32 and never revisits its previous value, and the
+    // handshake value `u32::MAX` is used only before the timed loop starts at 1.
+    let ready = u32::MAX;
     std::thread::scope(|s| {
         s.spawn(|| {
+            // Handshake first, so the thread's start-up is outside the timed loop.
+            b.0.store(ready, Ordering::Release);
             for i in 1..=iters {
-                while a.0.load(Ordering::Acquire) != i {
-                    std::hint::spin_loop();
-                }
+                let i = i as u32;
+                wait_for(&a, i);
                 b.0.store(i, Ordering::Release);
             }
         });
+        wait_for(&b, ready);
         let start = Instant::now();
         for i in 1..=iters {
+            let i = i as u32;
             a.0.store(i, Ordering::Release);
-            while b.0.load(Ordering::Acquire) != i {
-                std::hint::spin_loop();
-            }
+            wait_for(&b, i);
         }
         start.elapsed().as_nanos() as f64 / (2.0 * iters as f64)
     })
 }
 
-/// Median over `reps` runs of [`cacheline_pingpong`].
-pub fn cacheline_median(reps: usize, iters: u32) -> f64 {
-    let mut v: Vec<f64> = (0..reps).map(|_| cacheline_pingpong(iters)).collect();
+/// Median over `reps` runs of [`cacheline_pingpong`]`(iters)`, in nanoseconds.
+pub fn cacheline_median(reps: usize, iters: u64) -> f64 {
+    let mut v: Vec<f64> = (0..reps.max(1))
+        .map(|_| cacheline_pingpong(iters))
+        .collect();
     crate::stats::median(&mut v)
 }
 
@@ -42,6 +65,12 @@ mod tests {
     #[test]
     fn measures_something_positive() {
         let ns = super::cacheline_pingpong(10_000);
+        assert!(ns.is_finite() && ns > 0.0, "{ns}");
+    }
+
+    #[test]
+    fn median_is_positive_too() {
+        let ns = super::cacheline_median(3, 1_000);
         assert!(ns.is_finite() && ns > 0.0, "{ns}");
     }
 }

@@ -96,9 +96,7 @@ impl AutoUpdateBinding {
         if self.combining {
             self.combine(offset, WORD_SIZE)
         } else {
-            self.proxy
-                .inner
-                .write(self.remote_offset + offset, &value.to_ne_bytes(), self.opts)
+            self.propagate(offset, &value.to_ne_bytes())
         }
     }
 
@@ -110,10 +108,23 @@ impl AutoUpdateBinding {
         if self.combining {
             self.combine(offset, data.len())
         } else {
-            self.proxy
-                .inner
-                .write(self.remote_offset + offset, data, self.opts)
+            self.propagate(offset, data)
         }
+    }
+
+    /// Sends local bytes at `offset` to the receive buffer. The range was checked against the
+    /// local region, which `bind` checked against the receive buffer, so only unimport and
+    /// the transport's own checks remain.
+    #[inline]
+    fn propagate(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let p = &self.proxy.inner;
+        if !p.live.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
+        if p.max_write != 0 && data.len() > p.max_write {
+            return p.write(self.remote_offset + offset, data, self.opts);
+        }
+        p.remote.write(self.remote_offset + offset, data, self.opts)
     }
 
     /// Reads a word of the local copy.
@@ -147,7 +158,7 @@ impl AutoUpdateBinding {
         let mut packet = [0u8; MAX_PACKET];
         let p = &mut packet[..e - s];
         self.local.read(s, p)?;
-        self.proxy.inner.write(self.remote_offset + s, p, self.opts)
+        self.propagate(s, p)
     }
 
     /// A guard that batches stores and flushes when dropped.

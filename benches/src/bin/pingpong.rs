@@ -19,6 +19,7 @@
 
 use std::time::{Duration, Instant};
 use vmmc::{AuOptions, Endpoint, ExportOptions, MemKind, Proxy, Region};
+use vmmc_benches::cacheline::cacheline_pingpong;
 use vmmc_benches::stats::{median, sizes};
 
 const BUF: usize = 1 << 20;
@@ -80,7 +81,11 @@ fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration 
     let au = match st {
         Strategy::Au1 | Strategy::Au2 => Some(
             dest_proxy
-                .bind_region(s.ep.alloc(size, MemKind::Private).expect("alloc"), 0, AuOptions::default())
+                .bind_region(
+                    s.ep.alloc(size, MemKind::Private).expect("alloc"),
+                    0,
+                    AuOptions::default(),
+                )
                 .expect("bind"),
         ),
         _ => None,
@@ -92,6 +97,10 @@ fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration 
         let seq = s.seq;
         msg[last..].copy_from_slice(&seq.to_ne_bytes());
         let send = |msg: &[u8]| match &au {
+            // A one-word message is a single store; longer ones a copy into the region.
+            Some(b) if msg.len() == 4 => b
+                .store_u32(0, u32::from_ne_bytes(msg.try_into().expect("a word")))
+                .expect("AU store"),
             Some(b) => b.write(0, msg).expect("AU write"),
             None => dest_proxy.send(0, msg).expect("DU send"),
         };
@@ -122,7 +131,12 @@ fn main() -> Result<(), vmmc::Error> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => reps = args.next().and_then(|v| v.parse().ok()).expect("--reps N"),
-            "--max-size" => max = args.next().and_then(|v| v.parse().ok()).expect("--max-size BYTES"),
+            "--max-size" => {
+                max = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--max-size BYTES")
+            }
             "--json" => json = true,
             "--only" => only = args.next(),
             other => panic!("unknown argument {other}"),
@@ -153,36 +167,60 @@ fn main() -> Result<(), vmmc::Error> {
         to_ctrl,
         seq: 0,
     };
-    let all = [Strategy::Au1, Strategy::Au2, Strategy::Du0, Strategy::Du1, Strategy::DuSys];
+    if only.is_none() || only.as_deref() == Some("cache-line") {
+        interleaved_cacheline(&mut side, reps, json);
+    }
+    let all: Vec<Strategy> = [
+        Strategy::Au1,
+        Strategy::Au2,
+        Strategy::Du0,
+        Strategy::Du1,
+        Strategy::DuSys,
+    ]
+    .into_iter()
+    .filter(|st| only.as_deref().is_none_or(|o| o == st.name()))
+    .collect();
     let sizes: Vec<usize> = sizes().into_iter().filter(|s| *s <= max.min(BUF)).collect();
-    for st in all {
-        if only.as_deref().is_some_and(|o| o != st.name()) {
-            continue;
-        }
-        let mut points = Vec::new();
-        for &size in &sizes {
-            // Calibrate: both ranks run the same number of iterations, chosen by rank 0's
-            // first estimate and agreed through a fixed formula on the warm-up time.
+    // Per size, the strategies take turns rep by rep, so a noisy period of the machine hits
+    // them all alike. Both ranks move in lockstep; rank 0's iteration counts are agreed on.
+    let mut lat: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); sizes.len()]; all.len()];
+    for (si, &size) in sizes.iter().enumerate() {
+        let mut iters = Vec::new();
+        for &st in &all {
             let warm = round_trips(&mut side, st, size, 200);
             let per = warm.as_secs_f64() / 200.0;
-            // Both ranks measured the same warm-up (they move in lockstep), so they agree.
-            let iters = ((0.04 / per.max(1e-9)) as u32).clamp(20, 200_000);
-            let iters = agree(&mut side, iters);
-            let mut lat = Vec::new();
-            for _ in 0..reps {
-                let t = round_trips(&mut side, st, size, iters);
-                lat.push(t.as_secs_f64() / (2.0 * iters as f64) * 1e6);
-            }
-            let l = median(&mut lat);
-            points.push((size, l, size as f64 / l)); // bytes/us = MB/s
+            let n = ((0.02 / per.max(1e-9)) as u32).clamp(20, 200_000);
+            iters.push(agree(&mut side, n));
         }
-        if ep.rank() == 0 {
+        for _ in 0..reps {
+            for (k, &st) in all.iter().enumerate() {
+                let t = round_trips(&mut side, st, size, iters[k]);
+                lat[k][si].push(t.as_secs_f64() / (2.0 * iters[k] as f64) * 1e6);
+            }
+        }
+    }
+    if ep.rank() == 0 {
+        for (k, st) in all.iter().enumerate() {
+            let points: Vec<(usize, f64, f64)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(si, &size)| {
+                    let l = median(&mut lat[k][si]);
+                    (size, l, size as f64 / l) // bytes/us = MB/s
+                })
+                .collect();
             if json {
                 let pts: Vec<String> = points
                     .iter()
-                    .map(|(s, l, b)| format!("{{\"size\":{s},\"latency_us\":{l:.4},\"bandwidth_mbs\":{b:.2}}}"))
+                    .map(|(s, l, b)| {
+                        format!("{{\"size\":{s},\"latency_us\":{l:.4},\"bandwidth_mbs\":{b:.2}}}")
+                    })
                     .collect();
-                println!("{{\"series\":\"{}\",\"points\":[{}]}}", st.name(), pts.join(","));
+                println!(
+                    "{{\"series\":\"{}\",\"points\":[{}]}}",
+                    st.name(),
+                    pts.join(",")
+                );
             } else {
                 println!("{}", st.name());
                 for (s, l, b) in &points {
@@ -192,6 +230,47 @@ fn main() -> Result<(), vmmc::Error> {
         }
     }
     Ok(())
+}
+
+/// DU-0copy for one word, alternated rep by rep with the two-thread cache-line ping-pong run
+/// by rank 0 while rank 1 sleeps in the kernel (a blocking import of a buffer rank 0 exports
+/// when it is done), so both see the same machine. Prints the "cache-line" series.
+fn interleaved_cacheline(s: &mut Side, reps: usize, json: bool) {
+    let mut du = Vec::new();
+    let mut cl = Vec::new();
+    let iters = agree(s, 100_000);
+    for k in 0..reps as u32 {
+        let t = round_trips(s, Strategy::Du0, 4, iters);
+        du.push(t.as_secs_f64() / (2.0 * iters as f64) * 1e6);
+        let id = 1000 + k;
+        if s.ep.rank() == 0 {
+            cl.push(cacheline_pingpong(u64::from(iters.max(200_000))) / 1000.0);
+            let r = s.ep.alloc(4, MemKind::Private).expect("alloc");
+            s.ep.export(id, &r, ExportOptions::new()).expect("export");
+        } else {
+            let peer = s.ep.proc_of(0).expect("peer");
+            let p = s.ep.import(peer, id).expect("import");
+            s.ep.unimport(p).expect("unimport");
+        }
+    }
+    if s.ep.rank() == 0 {
+        let (d, c) = (median(&mut du), median(&mut cl));
+        if json {
+            println!(
+                "{{\"series\":\"cache-line\",\"points\":[{{\"size\":4,\"latency_us\":{c:.4},\"bandwidth_mbs\":{:.2}}}]}}",
+                4.0 / c
+            );
+            println!(
+                "{{\"series\":\"DU-0copy (interleaved)\",\"points\":[{{\"size\":4,\"latency_us\":{d:.4},\"bandwidth_mbs\":{:.2}}}]}}",
+                4.0 / d
+            );
+        } else {
+            println!(
+                "interleaved 4 B: DU-0copy {d:.4} us, cache-line {c:.4} us, ratio {:.3}",
+                d / c
+            );
+        }
+    }
 }
 
 /// Rank 0's iteration count wins: it sends it in the last word of a 4-byte DU message.
