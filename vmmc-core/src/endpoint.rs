@@ -138,6 +138,12 @@ impl std::fmt::Debug for Endpoint {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Shared {
+    fn finish(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.t.wake();
         if let Some(h) = self
@@ -167,6 +173,14 @@ impl WeakEndpoint {
 }
 
 impl Endpoint {
+    /// Leaves the job cleanly now, as dropping the last handle does: stops the notification
+    /// thread and tells the trusted party (peers see an exit, not a crash). For owners that
+    /// cannot drop the endpoint, such as the C ABI's `vmmc_Finalize`; the endpoint must not be
+    /// used afterwards.
+    pub fn finish(&self) {
+        self.sh.finish();
+    }
+
     /// A weak handle (see [`WeakEndpoint`]).
     pub fn downgrade(&self) -> WeakEndpoint {
         WeakEndpoint {
