@@ -7,8 +7,15 @@ bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo build --workspace --all-targets --all-features
-cargo test --workspace --all-features
+log=$(mktemp)
+cargo test --workspace --all-features 2>&1 | tee "$log"
+# One closing line for the whole suite: the sum of every runner's counts.
+totals=$(grep -E '^(test result: .*|conformance: [0-9]+ passed, [0-9]+ failed)' "$log" |
+  sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/; s/^conformance: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/' |
+  awk '{p+=$1; f+=$2} END {print p, f}')
+rm -f "$log"
 # The benchmark must keep running: a short sweep (the real run is in the README).
 cargo build --release --workspace --all-features
 target/release/bench-pingpong --reps 1 --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
-echo "scripts/test.sh: all passed"
+read -r passed failed <<<"$totals"
+echo "tests: $passed passed, $failed failed"
