@@ -41,6 +41,9 @@ pub struct AutoUpdateBinding {
     combining: bool,
     /// Pending combined packet: local offsets `[start, end)`.
     dirty: Cell<Option<(usize, usize)>>,
+    /// The transport's native path: the receive buffer mapped here (word stores without
+    /// combining or notification go straight into it).
+    window: Option<crate::Window>,
 }
 
 impl Proxy {
@@ -67,6 +70,11 @@ impl Proxy {
             },
             combining: opts.combining,
             dirty: Cell::new(None),
+            window: if opts.combining || opts.notify {
+                None
+            } else {
+                self.inner.remote.window()
+            },
         })
     }
 }
@@ -120,6 +128,9 @@ impl AutoUpdateBinding {
         let p = &self.proxy.inner;
         if !p.live.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(Error::NotImported);
+        }
+        if let Some(w) = &self.window {
+            return w.write(self.remote_offset + offset, data);
         }
         if p.max_write != 0 && data.len() > p.max_write {
             return p.write(self.remote_offset + offset, data, self.opts);

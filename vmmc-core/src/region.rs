@@ -280,7 +280,11 @@ impl Region {
             }
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(1024) {
-                give_up()?;
+                if let Err(e) = give_up() {
+                    // Data that arrived before the reason to give up is still good.
+                    let v = w.load(Ordering::Acquire);
+                    return if done(v) { Ok(v) } else { Err(e) };
+                }
                 if spins > 1 << 16 {
                     std::thread::yield_now();
                 }

@@ -26,6 +26,8 @@ use crate::error::{Error, Result};
 use crate::redirect::Redirected;
 use crate::region::Region;
 use crate::types::{BufId, Importers, JobInfo, Notification, ProcId};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a transport does natively (UCX's `UCT_IFACE_FLAG_*`).
@@ -72,8 +74,117 @@ pub enum ImportPoll {
     Ready(Box<dyn RemoteBuffer>),
 }
 
+/// Values of a [`Window`]'s revocation word.
+pub mod revoked {
+    /// The link is live.
+    pub const LIVE: u32 = 0;
+    /// The exporter unexported the buffer.
+    pub const UNEXPORTED: u32 = 1;
+    /// The exporter left the job.
+    pub const OWNER_GONE: u32 = 2;
+}
+
+/// A receive buffer mapped into the sender's address space, for native automatic update: a
+/// store goes straight into the mapping. The protocol that keeps `unexport`'s promise: a
+/// store increments `in_flight`, then checks `revoked` (both sequentially consistent), stores,
+/// and decrements; the exporter sets `revoked`, then waits for `in_flight` to drain.
+#[derive(Clone)]
+pub struct Window {
+    base: *mut u8,
+    len: usize,
+    in_flight: *const AtomicU32,
+    revoked: *const AtomicU32,
+    _keep: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+// SAFETY: the pointers stay valid while `_keep` holds the mappings; all access is atomic.
+unsafe impl Send for Window {}
+// SAFETY: as above.
+unsafe impl Sync for Window {}
+
+impl Window {
+    /// A window over `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base..base+len` must be mapped, writable and word-aligned at `base`, and both atomics
+    /// must stay valid, for as long as `keep` lives.
+    pub unsafe fn new(
+        base: *mut u8,
+        len: usize,
+        in_flight: &AtomicU32,
+        revoked: &AtomicU32,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Window {
+        Window {
+            base,
+            len,
+            in_flight,
+            revoked,
+            _keep: keep,
+        }
+    }
+
+    /// Length of the mapped receive buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stores a word at `offset` (word-aligned, in bounds: checked) with release ordering.
+    #[inline]
+    pub fn store_u32(&self, offset: usize, value: u32) -> Result<()> {
+        self.write(offset, &value.to_ne_bytes())
+    }
+
+    /// Copies `data` (whole words) to `offset`, the last word last with release ordering, as a
+    /// deliberate update would.
+    #[inline]
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let n = data.len();
+        if n == 0
+            || !offset.is_multiple_of(crate::WORD_SIZE)
+            || !n.is_multiple_of(crate::WORD_SIZE)
+            || offset.checked_add(n).is_none_or(|e| e > self.len)
+        {
+            return Err(Error::OutOfBounds {
+                offset,
+                len: n,
+                size: self.len,
+            });
+        }
+        // SAFETY: valid while `_keep` lives (constructor contract).
+        let (in_flight, revoked) = unsafe { (&*self.in_flight, &*self.revoked) };
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let r = match revoked.load(Ordering::SeqCst) {
+            revoked::LIVE => {
+                let body = n - crate::WORD_SIZE;
+                let last = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
+                // SAFETY: in bounds and aligned (checked above; base is word-aligned).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), body);
+                    AtomicU32::from_ptr(self.base.add(offset + body).cast())
+                        .store(last, Ordering::Release);
+                }
+                Ok(())
+            }
+            revoked::UNEXPORTED => Err(Error::Unexported),
+            _ => Err(Error::PeerLost("the exporter left the job".into())),
+        };
+        in_flight.fetch_sub(1, Ordering::Release);
+        r
+    }
+}
+
 /// The sender's side of an import-export link.
 pub trait RemoteBuffer: Send + Sync {
+    /// The mapped receive buffer, when stores can go straight into it ([`Caps::native_au`]).
+    fn window(&self) -> Option<Window> {
+        None
+    }
     /// Size of the receive buffer in bytes.
     fn len(&self) -> usize;
     /// Whether the receive buffer is empty (never, in practice).

@@ -263,12 +263,15 @@ impl ShmTransport {
             ));
         }
         let region = if shared {
-            Some(Map::new(fds.pop().expect("checked"), len as usize)?)
+            Some(Arc::new(Map::new(
+                fds.pop().expect("checked"),
+                len as usize,
+            )?))
         } else {
             None
         };
         let ring = self.ring_of(owner_rank as usize, fds.pop().expect("checked"))?;
-        let ctrl = Ctrl::open(fds.pop().expect("checked"), self.job.size)?;
+        let ctrl = Arc::new(Ctrl::open(fds.pop().expect("checked"), self.job.size)?);
         let base = region.as_ref().map_or(std::ptr::null_mut(), |m| m.ptr());
         Ok(RemoteShm {
             ctrl,
@@ -544,8 +547,8 @@ impl Drop for ShmTransport {
 
 /// The sender's side of a link into shared or process memory.
 pub struct RemoteShm {
-    ctrl: Ctrl,
-    region: Option<Map>,
+    ctrl: Arc<Ctrl>,
+    region: Option<Arc<Map>>,
     base: *mut u8,
     len: usize,
     addr: u64,
@@ -661,6 +664,26 @@ impl RemoteShm {
 impl RemoteBuffer for RemoteShm {
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn window(&self) -> Option<vmmc::Window> {
+        let region = self.region.as_ref()?;
+        if self.ctrl.header().redirectable.load(Ordering::Relaxed) != 0 {
+            return None; // redirection decides placement chunk by chunk
+        }
+        let keep: Arc<dyn std::any::Any + Send + Sync> =
+            Arc::new((self.ctrl.clone(), region.clone()));
+        // SAFETY: the mapping covers `len` bytes from its page-aligned base; the control block's
+        // atomics live in `ctrl`; `keep` holds both mappings for the window's lifetime.
+        Some(unsafe {
+            vmmc::Window::new(
+                self.base,
+                self.len,
+                self.ctrl.in_flight(self.my_rank),
+                &self.ctrl.header().revoked,
+                keep,
+            )
+        })
     }
 
     #[inline]

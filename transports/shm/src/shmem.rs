@@ -68,15 +68,8 @@ impl Drop for Map {
     }
 }
 
-/// `revoked` values of a control block.
-pub mod revoked {
-    /// Live.
-    pub const LIVE: u32 = 0;
-    /// Unexported by its owner.
-    pub const UNEXPORTED: u32 = 1;
-    /// Its owner left the job.
-    pub const OWNER_GONE: u32 = 2;
-}
+/// `revoked` values of a control block: the core's, shared with its native AU window.
+pub use vmmc::transport::revoked;
 
 /// Head of a receive buffer's control block.
 #[repr(C, align(64))]
