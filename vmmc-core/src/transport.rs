@@ -74,6 +74,24 @@ pub enum ImportPoll {
     Ready(Box<dyn RemoteBuffer>),
 }
 
+/// Copies a message into mapped memory the way a deliberate update must land: the body with a
+/// plain copy, then the last word with a release store, so a receiver that reads the last word
+/// with acquire ordering sees every earlier byte.
+///
+/// # Safety
+/// `dst..dst+data.len()` must be writable; `data.len()` a positive multiple of the word size
+/// and `dst + data.len() - 4` word-aligned.
+#[inline]
+pub unsafe fn copy_ordered(dst: *mut u8, data: &[u8]) {
+    let body = data.len() - crate::WORD_SIZE;
+    let last = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), dst, body);
+        AtomicU32::from_ptr(dst.add(body).cast()).store(last, Ordering::Release);
+    }
+}
+
 /// Values of a [`Window`]'s revocation word.
 pub mod revoked {
     /// The link is live.
@@ -161,14 +179,8 @@ impl Window {
         in_flight.fetch_add(1, Ordering::SeqCst);
         let r = match revoked.load(Ordering::SeqCst) {
             revoked::LIVE => {
-                let body = n - crate::WORD_SIZE;
-                let last = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
                 // SAFETY: in bounds and aligned (checked above; base is word-aligned).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), body);
-                    AtomicU32::from_ptr(self.base.add(offset + body).cast())
-                        .store(last, Ordering::Release);
-                }
+                unsafe { copy_ordered(self.base.add(offset), data) };
                 Ok(())
             }
             revoked::UNEXPORTED => Err(Error::Unexported),

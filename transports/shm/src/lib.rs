@@ -594,15 +594,9 @@ impl RemoteShm {
     /// Copies into the mapping: the body, then the last word with a release store.
     #[inline]
     fn copy_ordered(&self, offset: usize, data: &[u8]) {
-        let n = data.len();
-        let body = n - WORD_SIZE;
-        let last = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
-        // SAFETY: the core checked offset+n <= len, and the mapping covers len bytes; the
-        // offset is word-aligned and the mapping page-aligned, so the last word is aligned.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), body);
-            AtomicU32::from_ptr(self.base.add(offset + body).cast()).store(last, Ordering::Release);
-        }
+        // SAFETY: the core checked offset+len <= self.len (word multiples), and the mapping
+        // covers len bytes from a page-aligned base.
+        unsafe { vmmc::transport::copy_ordered(self.base.add(offset), data) }
     }
 
     /// Writes process memory through the kernel: body and last word as two pieces of one
