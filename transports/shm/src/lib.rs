@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vmmc::bootstrap::{BootEnv, Launcher};
 use vmmc::redirect::{Piece, Redirected};
@@ -48,12 +48,17 @@ struct LocalExport {
 struct Client {
     sock: OwnedFd,
     stash: HashMap<u64, (Msg, Vec<OwnedFd>)>,
+    /// A thread is reading the socket (the others wait on `replies`).
+    reading: bool,
+    /// Set once the rendezvous closed the connection.
+    broken: Option<String>,
 }
 
 /// The shm transport of one process.
 pub struct ShmTransport {
     job: JobInfo,
     conn: Mutex<Client>,
+    replies: Condvar,
     next_req: AtomicU64,
     ring: Ring,
     consumer: Mutex<()>,
@@ -179,7 +184,10 @@ impl ShmTransport {
             conn: Mutex::new(Client {
                 sock,
                 stash: HashMap::new(),
+                reading: false,
+                broken: None,
             }),
+            replies: Condvar::new(),
             next_req: AtomicU64::new(1),
             ring,
             consumer: Mutex::new(()),
@@ -198,18 +206,62 @@ impl ShmTransport {
 
     /// Sends a request and waits for its reply.
     fn call(&self, req: u64, m: &Msg, fds: &[i32]) -> Result<(Msg, Vec<OwnedFd>)> {
-        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        sys::send_msg(c.sock.as_raw_fd(), &m.encode(), fds)
-            .map_err(|_| Error::PeerLost("the rendezvous (launcher) is gone".into()))?;
-        Self::wait_reply(&mut c, req, true).map(|r| r.expect("blocking"))
+        {
+            let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            sys::send_msg(c.sock.as_raw_fd(), &m.encode(), fds)
+                .map_err(|_| Error::PeerLost("the rendezvous (launcher) is gone".into()))?;
+        }
+        self.wait_reply(req, true).map(|r| r.expect("blocking"))
     }
 
-    fn wait_reply(c: &mut Client, req: u64, block: bool) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
+    /// The reply to `req`, if it arrived (with `block`, waits for it). Replies arrive in any
+    /// order: one waiting thread at a time reads the socket, without holding the lock while it
+    /// sleeps, and files every reply it reads; the others wait on the condition variable. So a
+    /// blocking import that waits for a late export does not hold up other threads' requests.
+    fn wait_reply(&self, req: u64, block: bool) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = c.stash.remove(&req) {
                 return Ok(Some(r));
             }
-            match sys::recv_msg(c.sock.as_raw_fd(), !block) {
+            if let Some(e) = &c.broken {
+                return Err(Error::PeerLost(e.clone()));
+            }
+            if c.reading {
+                if !block {
+                    return Ok(None);
+                }
+                c = self.replies.wait(c).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Become the reader: sleep on the socket unlocked, then drain it locked.
+            let fd = c.sock.as_raw_fd();
+            if block {
+                c.reading = true;
+                drop(c);
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd; a failure (EINTR) just loops.
+                unsafe { libc::poll(&mut p, 1, -1) };
+                c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+                c.reading = false;
+            }
+            let drained = Self::drain(&mut c);
+            self.replies.notify_all();
+            drained?;
+            if !block && !c.stash.contains_key(&req) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Files every reply waiting on the socket.
+    fn drain(c: &mut Client) -> Result<()> {
+        loop {
+            match sys::recv_msg(c.sock.as_raw_fd(), true) {
                 Ok(Some((b, fds))) => {
                     let m = Msg::decode(&b)?;
                     let id = match &m {
@@ -219,9 +271,12 @@ impl ShmTransport {
                     c.stash.insert(id, (m, fds));
                 }
                 Ok(None) => {
-                    return Err(Error::PeerLost("the rendezvous (launcher) is gone".into()))
+                    let why = "the rendezvous (launcher) is gone".to_string();
+                    c.broken = Some(why.clone());
+                    return Err(Error::PeerLost(why));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("rendezvous", e)),
             }
         }
@@ -415,10 +470,7 @@ impl Transport for ShmTransport {
             .unwrap_or_else(|e| e.into_inner())
             .get(&request)
             .ok_or(Error::InvalidArgument("unknown import request"))?;
-        let reply = {
-            let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            Self::wait_reply(&mut c, request, wait)?
-        };
+        let reply = self.wait_reply(request, wait)?;
         let Some((m, fds)) = reply else {
             return Ok(ImportPoll::Pending);
         };
