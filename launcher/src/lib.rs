@@ -28,9 +28,7 @@ pub fn init() -> Result<Endpoint> {
 /// Joins the job described by `env`.
 pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
     match env.transport.as_str() {
-        "shm" => Ok(Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(
-            env,
-        )?))),
+        "shm" => Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(env)?)),
         other => Err(Error::Bootstrap(format!(
             "transport {other:?} is not built in (this build has: {})",
             TRANSPORTS.join(", ")

@@ -121,6 +121,91 @@ pub fn scenarios() -> &'static [Scenario] {
     ]
 }
 
+/// A transport with its native paths hidden: no remote read, no automatic update into a
+/// mapping. Running the suite over it checks the core's emulations (remote read by request and
+/// reply, automatic update by deliberate updates) against the same rules.
+pub struct Degraded<T>(pub T);
+
+struct DegradedRemote(Box<dyn crate::RemoteBuffer>);
+
+impl crate::RemoteBuffer for DegradedRemote {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> crate::Result<()> {
+        self.0.write(offset, data, opts)
+    }
+    fn fence(&self) -> crate::Result<()> {
+        self.0.fence()
+    }
+}
+
+impl<T: crate::Transport> crate::Transport for Degraded<T> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn caps(&self) -> crate::Caps {
+        crate::Caps {
+            remote_read: false,
+            native_au: false,
+            ..self.0.caps()
+        }
+    }
+    fn job(&self) -> &crate::JobInfo {
+        self.0.job()
+    }
+    fn export(&self, spec: crate::ExportSpec<'_>) -> crate::Result<()> {
+        self.0.export(spec)
+    }
+    fn unexport(&self, buf: BufId) -> crate::Result<()> {
+        self.0.unexport(buf)
+    }
+    fn import_request(&self, owner: crate::ProcId, buf: BufId) -> crate::Result<u64> {
+        self.0.import_request(owner, buf)
+    }
+    fn import_poll(&self, request: u64, wait: bool) -> crate::Result<crate::ImportPoll> {
+        Ok(match self.0.import_poll(request, wait)? {
+            crate::ImportPoll::Ready(r) => crate::ImportPoll::Ready(Box::new(DegradedRemote(r))),
+            crate::ImportPoll::Pending => crate::ImportPoll::Pending,
+        })
+    }
+    fn progress(
+        &self,
+        sink: &mut dyn FnMut(Notification),
+        timeout: Option<Duration>,
+    ) -> crate::Result<usize> {
+        self.0.progress(sink, timeout)
+    }
+    fn wake(&self) {
+        self.0.wake()
+    }
+    fn peer_alive(&self, p: crate::ProcId) -> bool {
+        self.0.peer_alive(p)
+    }
+    fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> crate::Result<()> {
+        self.0.post_redir(buf, dest, dest_offset, buf_offset, len)
+    }
+    fn end_redir(&self, buf: BufId) -> crate::Result<crate::Redirected> {
+        self.0.end_redir(buf)
+    }
+    fn data_end(&self, buf: BufId) -> crate::Result<Option<usize>> {
+        self.0.data_end(buf)
+    }
+    fn clear_data_end(&self, buf: BufId) -> crate::Result<()> {
+        self.0.clear_data_end(buf)
+    }
+    fn finish(&self) -> crate::Result<()> {
+        self.0.finish()
+    }
+}
+
 /// Finds a scenario by name.
 pub fn scenario(name: &str) -> Option<&'static Scenario> {
     scenarios().iter().find(|s| s.name == name)

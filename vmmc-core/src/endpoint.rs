@@ -3,6 +3,7 @@
 //! update bindings).
 
 use crate::destspace::DestSpace;
+use crate::emulate::ReadService;
 use crate::error::{Error, Result};
 use crate::notify::{Handler, Notifier};
 use crate::redirect::Redirected;
@@ -48,9 +49,10 @@ impl ExportOptions {
     }
 }
 
-struct Exported {
-    region: Region,
-    redirectable: bool,
+pub(crate) struct Exported {
+    pub(crate) region: Region,
+    pub(crate) redirectable: bool,
+    pub(crate) importers: Importers,
 }
 
 pub(crate) struct ProxyInner {
@@ -111,8 +113,10 @@ pub(crate) fn check_transfer(offset: usize, len: usize, size: usize) -> Result<(
 struct Shared {
     t: Arc<dyn Transport>,
     caps: Caps,
-    exports: Mutex<BTreeMap<BufId, Exported>>,
+    exports: Arc<Mutex<BTreeMap<BufId, Exported>>>,
     notifier: Arc<Notifier>,
+    /// Remote read emulated by request and reply, when the transport has none.
+    reads: Option<Arc<ReadService>>,
     dest: DestSpace<ProxyInner>,
     dispatcher: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
@@ -188,20 +192,32 @@ impl Endpoint {
         }
     }
 
-    /// Wraps a transport that has completed its bootstrap.
-    pub fn new(t: Arc<dyn Transport>) -> Endpoint {
+    /// Wraps a transport that has completed its bootstrap. Where the transport lacks remote
+    /// read, starts its emulation (two hidden exports and the notification thread).
+    pub fn new(t: Arc<dyn Transport>) -> Result<Endpoint> {
         let caps = t.caps();
-        Endpoint {
+        let exports = Arc::new(Mutex::new(BTreeMap::new()));
+        let reads = if caps.remote_read {
+            None
+        } else {
+            Some(Arc::new(ReadService::start(t.clone(), exports.clone())?))
+        };
+        let ep = Endpoint {
             sh: Arc::new(Shared {
                 t,
                 caps,
-                exports: Mutex::new(BTreeMap::new()),
+                exports,
                 notifier: Arc::new(Notifier::default()),
+                reads,
                 dest: DestSpace::default(),
                 dispatcher: Mutex::new(None),
                 stop: Arc::new(AtomicBool::new(false)),
             }),
+        };
+        if ep.sh.reads.is_some() {
+            ep.ensure_dispatcher()?;
         }
+        Ok(ep)
     }
 
     /// Runs `f` while holding every lock of the endpoint and its transport. For tests that
@@ -311,6 +327,11 @@ impl Endpoint {
         if region.is_empty() {
             return Err(Error::InvalidArgument("empty receive buffer"));
         }
+        if buf >= crate::emulate::RESERVED_IDS {
+            return Err(Error::InvalidArgument(
+                "buffer ids from 0xFFFFFFF0 up are reserved",
+            ));
+        }
         let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
         if ex.contains_key(&buf) {
             return Err(Error::BufIdInUse(buf));
@@ -348,6 +369,7 @@ impl Endpoint {
             Exported {
                 region: region.clone(),
                 redirectable: opts.redirectable,
+                importers: opts.importers.clone(),
             },
         );
         Ok(())
@@ -436,14 +458,14 @@ impl Endpoint {
         }
         let t = self.sh.t.clone();
         let n = self.sh.notifier.clone();
+        let reads = self.sh.reads.clone();
         let stop = self.sh.stop.clone();
         let h = std::thread::Builder::new()
             .name("vmmc-notify".into())
             .spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
-                    if let Err(e) =
-                        t.progress(&mut |x| n.deliver(x), Some(Duration::from_millis(500)))
-                    {
+                    let mut sink = |x| route(&n, reads.as_deref(), x);
+                    if let Err(e) = t.progress(&mut sink, Some(Duration::from_millis(500))) {
                         if !stop.load(Ordering::SeqCst) {
                             eprintln!("vmmc: notification thread stops: {e}");
                         }
@@ -486,8 +508,8 @@ impl Endpoint {
     /// Delivers arrived notifications on the calling thread (in addition to the endpoint's
     /// notification thread); waits up to `timeout` for one. Returns how many arrived.
     pub fn poll_notifications(&self, timeout: Option<Duration>) -> Result<usize> {
-        let n = self.sh.notifier.clone();
-        self.sh.t.progress(&mut |x| n.deliver(x), timeout)
+        let (n, reads) = (&self.sh.notifier, self.sh.reads.as_deref());
+        self.sh.t.progress(&mut |x| route(n, reads, x), timeout)
     }
 
     // ----- import side -----
@@ -561,7 +583,7 @@ impl Endpoint {
     /// Remote read by DestSpace address (`vmmc_GetData`).
     pub fn get_at(&self, addr: usize, out: &mut [u8]) -> Result<()> {
         let (p, off) = self.at(addr)?;
-        get_data(p, off, out)
+        self.sh.get_data(p, off, out)
     }
 
     /// Size of the receive buffer behind a DestSpace address, and the address's offset in it.
@@ -571,12 +593,26 @@ impl Endpoint {
     }
 }
 
-fn get_data(p: &ProxyInner, offset: usize, out: &mut [u8]) -> Result<()> {
-    if !p.live.load(Ordering::Relaxed) {
-        return Err(Error::NotImported);
+/// Hands an arrived notification to the read service or to the user's handlers.
+fn route(n: &Notifier, reads: Option<&ReadService>, x: Notification) {
+    match reads {
+        Some(r) if x.buf == crate::emulate::SERVICE_BUF => r.serve(x),
+        _ => n.deliver(x),
     }
-    check_transfer(offset, out.len(), p.len)?;
-    p.remote.read(offset, out)
+}
+
+impl Shared {
+    /// Remote read: the transport's own, or the emulation.
+    fn get_data(&self, p: &ProxyInner, offset: usize, out: &mut [u8]) -> Result<()> {
+        if !p.live.load(Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
+        check_transfer(offset, out.len(), p.len)?;
+        match &self.reads {
+            None => p.remote.read(offset, out),
+            Some(r) => r.read(p.owner, p.buf, p.len, offset, out),
+        }
+    }
 }
 
 /// An import in progress (`vmmc_ImportRecvBufAsync` / `vmmc_ImportRecvBufStatus`).
@@ -750,14 +786,18 @@ impl Proxy {
     /// Remote read (`vmmc_GetData`): copies `out.len()` bytes from `offset` of the receive
     /// buffer.
     pub fn get_data(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        get_data(&self.inner, offset, out)
+        self.ep.sh.get_data(&self.inner, offset, out)
     }
 
     /// Asynchronous remote read (`vmmc_GetDataAsync`); the result owns the data read.
     pub fn get_data_async(&self, offset: usize, len: usize) -> Result<AsyncGet> {
         check_transfer(offset, len, self.inner.len)?;
         let mut out = vec![0u8; len];
-        let result = get_data(&self.inner, offset, &mut out).map(|()| out);
+        let result = self
+            .ep
+            .sh
+            .get_data(&self.inner, offset, &mut out)
+            .map(|()| out);
         Ok(AsyncGet {
             result: Some(result),
         })
@@ -788,5 +828,59 @@ impl AsyncGet {
         self.result
             .take()
             .unwrap_or(Err(Error::Protocol("remote read lost".into())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Recorder(Mutex<Vec<(usize, usize, bool)>>);
+
+    impl RemoteBuffer for Arc<Recorder> {
+        fn len(&self) -> usize {
+            64
+        }
+        fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((offset, data.len(), opts.notify));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn writes_larger_than_the_transport_takes_are_split_in_order() {
+        let rec = Arc::new(Recorder(Mutex::new(vec![])));
+        let p = ProxyInner {
+            remote: Box::new(rec.clone()),
+            len: 64,
+            owner: ProcId { node: 0, squid: 1 },
+            buf: 1,
+            addr: 0,
+            live: AtomicBool::new(true),
+            max_write: 16,
+        };
+        p.write(8, &[0u8; 40], WriteOpts { notify: true }).unwrap();
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            vec![(8, 16, false), (24, 16, false), (40, 8, true)],
+            "in order, the notification on the last piece only"
+        );
+        assert!(matches!(
+            p.write(32, &[0u8; 40], WriteOpts::default()),
+            Err(Error::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            rec.0.lock().unwrap().len(),
+            3,
+            "a refused send writes nothing"
+        );
+        p.live.store(false, Ordering::SeqCst);
+        assert!(matches!(
+            p.write(0, &[0u8; 4], WriteOpts::default()),
+            Err(Error::NotImported)
+        ));
     }
 }

@@ -19,6 +19,7 @@ pub mod bootstrap;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod destspace;
+pub mod emulate;
 mod endpoint;
 pub mod error;
 pub mod notify;

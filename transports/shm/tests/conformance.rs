@@ -10,6 +10,8 @@ use vmmc::conformance::{scenario, scenarios, Scenario};
 use vmmc_shm::server::Rendezvous;
 
 const CASE: &str = "VMMC_CONFORMANCE_CASE";
+/// Set for the second pass: the transport with its native paths hidden.
+const DEGRADED: &str = "VMMC_CONFORMANCE_DEGRADED";
 const JOB_LIMIT: Duration = Duration::from_secs(180);
 
 fn child(name: &str) -> ! {
@@ -21,7 +23,12 @@ fn child(name: &str) -> ! {
         .and_then(|env| vmmc_shm::ShmTransport::connect(&env))
         .map_err(|e| format!("bootstrap: {e}"))
         .and_then(|t| {
-            let ep = vmmc::Endpoint::new(std::sync::Arc::new(t));
+            let ep = if std::env::var_os(DEGRADED).is_some() {
+                vmmc::Endpoint::new(std::sync::Arc::new(vmmc::conformance::Degraded(t)))
+            } else {
+                vmmc::Endpoint::new(std::sync::Arc::new(t))
+            }
+            .map_err(|e| format!("endpoint: {e}"))?;
             let r = (s.run)(&ep);
             drop(ep);
             r
@@ -36,8 +43,13 @@ fn child(name: &str) -> ! {
     }
 }
 
-fn run_job(s: &Scenario) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("vmmc-conf-{}-{}", std::process::id(), s.name));
+fn run_job(s: &Scenario, degraded: bool) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "vmmc-conf-{}-{}-{}",
+        std::process::id(),
+        s.name,
+        degraded as u8
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let sock = dir.join("rv.sock");
@@ -45,7 +57,11 @@ fn run_job(s: &Scenario) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut kids = Vec::new();
     for rank in 0..s.procs {
-        let c = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        if degraded {
+            cmd.env(DEGRADED, "1");
+        }
+        let c = cmd
             .env(CASE, s.name)
             .env(vars::RANK, rank.to_string())
             .env(vars::SIZE, s.procs.to_string())
@@ -109,27 +125,34 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     let (mut passed, mut failed) = (0, 0);
-    for s in scenarios() {
-        if !filters.is_empty() && !filters.iter().any(|f| s.name.contains(f.as_str())) {
-            continue;
-        }
-        let t = Instant::now();
-        match run_job(s) {
-            Ok(()) => {
-                passed += 1;
-                println!(
-                    "test conformance::{} ({} processes) ... ok ({:.2?})",
-                    s.name,
-                    s.procs,
-                    t.elapsed()
-                );
+    for degraded in [false, true] {
+        let mode = if degraded {
+            "shm_without_native_paths"
+        } else {
+            "shm"
+        };
+        for s in scenarios() {
+            let name = format!("{mode}::{}", s.name);
+            if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+                continue;
             }
-            Err(e) => {
-                failed += 1;
-                println!(
-                    "test conformance::{} ({} processes) ... FAILED: {e}",
-                    s.name, s.procs
-                );
+            let t = Instant::now();
+            match run_job(s, degraded) {
+                Ok(()) => {
+                    passed += 1;
+                    println!(
+                        "test conformance::{name} ({} processes) ... ok ({:.2?})",
+                        s.procs,
+                        t.elapsed()
+                    );
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!(
+                        "test conformance::{name} ({} processes) ... FAILED: {e}",
+                        s.procs
+                    );
+                }
             }
         }
     }

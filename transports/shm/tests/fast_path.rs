@@ -49,6 +49,7 @@ fn endpoint() -> Endpoint {
     Endpoint::new(Arc::new(
         vmmc_shm::ShmTransport::connect(&env).expect("connect"),
     ))
+    .expect("endpoint")
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn cpu_time() -> Duration {
 #[test]
 fn an_idle_notification_thread_sleeps_and_still_wakes() {
     let env = BootEnv::from_lookup(&|_| None).unwrap();
-    let ep = Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(&env).unwrap()));
+    let ep = Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(&env).unwrap())).unwrap();
     let r = ep.alloc(4096, MemKind::Shared).unwrap();
     let got = Arc::new(AtomicU32::new(0));
     let g = got.clone();

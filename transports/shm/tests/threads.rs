@@ -9,7 +9,7 @@ use vmmc::{Endpoint, ExportOptions, MemKind};
 #[test]
 fn a_waiting_import_does_not_block_other_threads() {
     let env = BootEnv::from_lookup(&|_| None).unwrap();
-    let ep = Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(&env).unwrap()));
+    let ep = Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(&env).unwrap())).unwrap();
     let me = ep.me();
     let waiter = {
         let ep = ep.clone();
