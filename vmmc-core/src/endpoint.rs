@@ -53,6 +53,9 @@ pub(crate) struct Exported {
     pub(crate) region: Region,
     pub(crate) redirectable: bool,
     pub(crate) importers: Importers,
+    /// The posted redirection's destination, kept mapped until `end_redir` or `unexport`
+    /// (senders write into it by address).
+    pub(crate) redir_dest: Option<Region>,
 }
 
 pub(crate) struct ProxyInner {
@@ -156,7 +159,11 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
-            let _ = h.join();
+            // The last handle may go away in a handler, on the dispatcher itself: never join
+            // the current thread (it ends by itself, having seen `stop`).
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
         let _ = self.t.finish();
     }
@@ -370,6 +377,7 @@ impl Endpoint {
                 region: region.clone(),
                 redirectable: opts.redirectable,
                 importers: opts.importers.clone(),
+                redir_dest: None,
             },
         );
         Ok(())
@@ -428,13 +436,23 @@ impl Endpoint {
         }
         self.sh
             .t
-            .post_redir(buf, dest, dest_offset, buf_offset, len)
+            .post_redir(buf, dest, dest_offset, buf_offset, len)?;
+        let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = ex.get_mut(&buf) {
+            e.redir_dest = Some(dest.clone());
+        }
+        Ok(())
     }
 
     /// Ends the redirection (`vmmc_EndRedir`) and reports exactly what was redirected.
     pub fn end_redir(&self, buf: BufId) -> Result<Redirected> {
         self.redirectable(buf)?;
-        self.sh.t.end_redir(buf)
+        let r = self.sh.t.end_redir(buf);
+        let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = ex.get_mut(&buf) {
+            e.redir_dest = None;
+        }
+        r
     }
 
     /// Offset of the last word of the last message (`vmmc_DataEnd`), if any since the clear.

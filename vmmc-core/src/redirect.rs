@@ -19,6 +19,8 @@ const EMPTY: u32 = 0;
 const POSTED: u32 = 1;
 const ACTIVE: u32 = 2;
 const DONE: u32 = 3;
+/// The receiver is writing a posting (senders ignore the slot meanwhile).
+const POSTING: u32 = 4;
 const NO_END: u64 = u64::MAX;
 
 /// What a redirection did, as reported by `end_redir`.
@@ -73,7 +75,12 @@ impl RedirSlot {
     /// Receiver: posts a redirection of buffer offsets `buf_off..buf_off+len` to the receiver's
     /// address `dest_addr`.
     pub fn post(&self, buf: BufId, dest_addr: u64, buf_off: usize, len: usize) -> Result<()> {
-        if self.state.load(Ordering::Acquire) != EMPTY {
+        // Claim the slot first: two threads posting at once must not mix their fields.
+        if self
+            .state
+            .compare_exchange(EMPTY, POSTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return Err(Error::RedirPosted(buf));
         }
         self.dest_addr.store(dest_addr, Ordering::Relaxed);
@@ -112,7 +119,23 @@ impl RedirSlot {
                 _ => {
                     spins = spins.wrapping_add(1);
                     if spins.is_multiple_of(1024) {
-                        give_up()?;
+                        if let Err(e) = give_up() {
+                            // The sender may have finished just now: look again first.
+                            if self
+                                .state
+                                .compare_exchange(
+                                    ACTIVE,
+                                    EMPTY,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_ok()
+                            {
+                                // It died mid-message: free the slot for later postings.
+                                return Err(e);
+                            }
+                            continue;
+                        }
                         std::thread::yield_now();
                     }
                     std::hint::spin_loop();
@@ -154,21 +177,24 @@ impl RedirSlot {
             while pos < data.len() {
                 let end = (pos + chunk).min(data.len());
                 let (lo, hi) = (offset + pos, offset + end);
-                if !owned && self.state.load(Ordering::Acquire) == POSTED {
+                if !owned
+                    && self.state.load(Ordering::Acquire) == POSTED
+                    && self
+                        .state
+                        .compare_exchange(POSTED, ACTIVE, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    // The posting is ours and cannot change now: read it only after the claim.
                     let b = self.buf_off.load(Ordering::Relaxed) as usize;
                     let l = self.len.load(Ordering::Relaxed) as usize;
-                    // Claim only if this or a later chunk of the message meets the window.
-                    if b < offset + data.len()
-                        && lo < b + l
-                        && self
-                            .state
-                            .compare_exchange(POSTED, ACTIVE, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                    {
+                    if b < offset + data.len() && lo < b + l {
                         owned = true;
                         win_lo = b;
                         win_hi = b + l;
                         dest = self.dest_addr.load(Ordering::Relaxed);
+                    } else {
+                        // Not for the rest of this message: give the posting back.
+                        self.state.store(POSTED, Ordering::Release);
                     }
                 }
                 let piece = &data[pos..end];

@@ -136,6 +136,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
         // SAFETY: waitpid on our own children with a valid status pointer.
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
             break;
         }
         let Some(pos) = children.iter().position(|(_, c)| c.id() as i32 == pid) else {

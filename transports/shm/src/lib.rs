@@ -292,6 +292,21 @@ impl ShmTransport {
         Ok(r)
     }
 
+    /// Waits until no live rank is in the middle of a transfer into the buffer of `ctrl`.
+    fn drain_senders(&self, ctrl: &Ctrl) {
+        for r in 0..self.job.size {
+            let mut spins = 0u32;
+            while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
+                spins += 1;
+                if spins > 1000 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
     fn ctrl(&self, buf: BufId) -> Result<Arc<Ctrl>> {
         let ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
         ex.get(&buf)
@@ -418,17 +433,7 @@ impl Transport for ShmTransport {
                 Ordering::SeqCst,
             )
             .ok();
-        for r in 0..self.job.size {
-            let mut spins = 0u32;
-            while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
-                spins += 1;
-                if spins > 1000 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-        }
+        self.drain_senders(&ctrl);
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let r = self.call(req, &Msg::Unexport { req, buf }, &[]);
         self.exports
@@ -490,10 +495,9 @@ impl Transport for ShmTransport {
         timeout: Option<Duration>,
     ) -> Result<usize> {
         let Ok(_guard) = self.consumer.try_lock() else {
-            // Another thread consumes; it delivers.
-            if let Some(t) = timeout {
-                std::thread::sleep(t.min(Duration::from_millis(1)));
-            }
+            // Another thread consumes and delivers; do not spin the caller.
+            let nap = timeout.unwrap_or(Duration::from_millis(1));
+            std::thread::sleep(nap.min(Duration::from_millis(1)));
             return Ok(0);
         };
         let start = Instant::now();
@@ -584,6 +588,26 @@ impl Transport for ShmTransport {
 
     fn finish(&self) -> Result<()> {
         if self.finished.swap(1, Ordering::SeqCst) == 0 {
+            // Break our links before leaving: once we return, our memory may go away, so no
+            // sender may still be writing into it (the rendezvous revokes too, but later).
+            let ctrls: Vec<Arc<Ctrl>> = {
+                let ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+                ex.values().map(|e| e.ctrl.clone()).collect()
+            };
+            for c in &ctrls {
+                c.header()
+                    .revoked
+                    .compare_exchange(
+                        revoked::LIVE,
+                        revoked::OWNER_GONE,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    )
+                    .ok();
+            }
+            for c in &ctrls {
+                self.drain_senders(c);
+            }
             let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
             let _ = sys::send_msg(c.sock.as_raw_fd(), &Msg::Bye.encode(), &[]);
         }
