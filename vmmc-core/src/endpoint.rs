@@ -66,6 +66,8 @@ pub(crate) struct ProxyInner {
     pub(crate) addr: usize,
     pub(crate) live: AtomicBool,
     pub(crate) max_write: usize,
+    /// User handles ([`Proxy`] clones); the last one to go unimports.
+    pub(crate) handles: std::sync::atomic::AtomicUsize,
 }
 
 impl ProxyInner {
@@ -557,7 +559,7 @@ impl Endpoint {
         buf: BufId,
     ) -> Result<Proxy> {
         let len = remote.len();
-        if len >> crate::destspace::SPAN_SHIFT != 0 {
+        if len > self.sh.dest.max_len()? {
             return Err(Error::InvalidArgument(
                 "receive buffer larger than a DestSpace span",
             ));
@@ -571,6 +573,7 @@ impl Endpoint {
             addr,
             live: AtomicBool::new(true),
             max_write: self.sh.caps.max_write,
+            handles: std::sync::atomic::AtomicUsize::new(1),
         });
         self.sh.dest.set(addr, inner.clone());
         Ok(Proxy {
@@ -582,32 +585,35 @@ impl Endpoint {
     /// Releases a proxy (`vmmc_UnimportRecvBuf`): later sends through it fail.
     pub fn unimport(&self, proxy: Proxy) -> Result<()> {
         proxy.inner.live.store(false, Ordering::SeqCst);
+        let r = proxy.inner.remote.fence();
         self.sh.dest.remove(proxy.inner.addr);
-        proxy.inner.remote.fence()
-    }
-
-    fn at(&self, addr: usize) -> Result<(&ProxyInner, usize)> {
-        self.sh.dest.lookup(addr).ok_or(Error::NotImported)
+        r
     }
 
     /// Deliberate update by DestSpace address (`vmmc_SendData`): `addr` is a proxy's address
     /// plus the destination offset.
     #[inline]
     pub fn send_at(&self, addr: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
-        let (p, off) = self.at(addr)?;
-        p.write(off, data, opts)
+        self.sh
+            .dest
+            .with(addr, |p, off| p.write(off, data, opts))
+            .unwrap_or(Err(Error::NotImported))
     }
 
     /// Remote read by DestSpace address (`vmmc_GetData`).
     pub fn get_at(&self, addr: usize, out: &mut [u8]) -> Result<()> {
-        let (p, off) = self.at(addr)?;
-        self.sh.get_data(p, off, out)
+        self.sh
+            .dest
+            .with(addr, |p, off| self.sh.get_data(p, off, out))
+            .unwrap_or(Err(Error::NotImported))
     }
 
     /// Size of the receive buffer behind a DestSpace address, and the address's offset in it.
     pub fn proxy_extent(&self, addr: usize) -> Result<(usize, usize)> {
-        let (p, off) = self.at(addr)?;
-        Ok((p.len, off))
+        self.sh
+            .dest
+            .with(addr, |p, off| (p.len, off))
+            .ok_or(Error::NotImported)
     }
 }
 
@@ -673,10 +679,29 @@ impl ImportRequest {
 ///
 /// `Send + Sync`: one proxy may be used from several threads; sends from one thread are in
 /// order.
-#[derive(Clone)]
 pub struct Proxy {
     pub(crate) inner: Arc<ProxyInner>,
     pub(crate) ep: Endpoint,
+}
+
+impl Clone for Proxy {
+    fn clone(&self) -> Proxy {
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        Proxy {
+            inner: self.inner.clone(),
+            ep: self.ep.clone(),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    /// The last handle unimports: the DestSpace span and the transport's link are freed.
+    fn drop(&mut self) {
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.live.store(false, Ordering::SeqCst);
+            self.ep.sh.dest.remove(self.inner.addr);
+        }
+    }
 }
 
 impl std::fmt::Debug for Proxy {
@@ -879,6 +904,7 @@ mod tests {
             addr: 0,
             live: AtomicBool::new(true),
             max_write: 16,
+            handles: std::sync::atomic::AtomicUsize::new(1),
         };
         p.write(8, &[0u8; 40], WriteOpts { notify: true }).unwrap();
         assert_eq!(
