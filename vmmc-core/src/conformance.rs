@@ -118,6 +118,12 @@ pub fn scenarios() -> &'static [Scenario] {
             dies: None,
             run: async_send,
         },
+        Scenario {
+            name: "handlers_read_each_other",
+            procs: 2,
+            dies: None,
+            run: handlers_read_each_other,
+        },
     ]
 }
 
@@ -1316,4 +1322,52 @@ fn async_send(ep: &Endpoint) -> Check {
         );
         sync.barrier()
     }
+}
+
+/// Both ranks' handlers read the other's buffer at the same time: remote read must not wait
+/// for the owner's handlers (with an emulated read, for its notification thread to be free).
+fn handlers_read_each_other(ep: &Endpoint) -> Check {
+    let mut sync = Sync::new(ep)?;
+    let me = ep.rank() as u32;
+    let r = ep.alloc(4096, MemKind::Shared).ctx("alloc")?;
+    r.store_u32(64, 1000 + me).ctx("fill")?;
+    let peer_proxy: Arc<Mutex<Option<Proxy>>> = Arc::new(Mutex::new(None));
+    let got = Arc::new(Mutex::new(None::<std::result::Result<u32, String>>));
+    let (pp, g) = (peer_proxy.clone(), got.clone());
+    ep.export(
+        130,
+        &r,
+        ExportOptions::new().handler(move |_| {
+            let p = pp.lock().expect("proxy").clone();
+            let res = match p {
+                Some(p) => {
+                    let mut w = [0u8; 4];
+                    p.get_data(64, &mut w)
+                        .map(|()| u32::from_ne_bytes(w))
+                        .map_err(|e| e.to_string())
+                }
+                None => Err("no proxy yet".into()),
+            };
+            *g.lock().expect("got") = Some(res);
+        }),
+    )
+    .ctx("export")?;
+    sync.barrier()?;
+    let peer = 1 - ep.rank();
+    let p = ep
+        .import(ep.proc_of(peer).ctx("rank")?, 130)
+        .ctx("import")?;
+    *peer_proxy.lock().expect("proxy") = Some(p.clone());
+    sync.barrier()?;
+    p.send_notify(0, &7u32.to_ne_bytes()).ctx("notify")?;
+    wait_for(ep, None, "the handler's remote read", || {
+        got.lock().expect("got").is_some()
+    })?;
+    let res = got.lock().expect("got").take().expect("some");
+    *peer_proxy.lock().expect("proxy") = None;
+    ensure!(
+        res == Ok(1000 + peer as u32),
+        "handler's remote read: {res:?}"
+    );
+    sync.barrier()
 }

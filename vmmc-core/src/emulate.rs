@@ -4,11 +4,12 @@
 //! Every endpoint of such a transport exports two hidden buffers: a *service* buffer where
 //! requests arrive (one slot per rank, so requesters never overwrite each other) and a *reply*
 //! buffer where the answers to its own reads arrive. A read is a deliberate update of the
-//! request into the owner's service slot with a notification; the owner's notification thread
-//! answers at once (it does not wait for the user's handlers, nor for blocked notifications:
-//! SHRIMP's remote read did not involve the receiver's program either) with a deliberate
-//! update of the data, then of a status and the request's sequence number; in-order delivery
-//! means the data is there once the sequence number is.
+//! request into the owner's service slot with a notification; the owner's notification thread,
+//! which drains the transport and never runs a user handler (handlers have their own thread),
+//! answers at once, also while notifications are blocked (SHRIMP's remote read did not involve
+//! the receiver's program either), with a deliberate update of the data, then of a status and
+//! the request's sequence number; in-order delivery means the data is there once the sequence
+//! number is. So handlers may read remotely, even from each other.
 
 use crate::endpoint::Exported;
 use crate::error::{Error, Result};

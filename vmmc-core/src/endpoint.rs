@@ -123,7 +123,8 @@ struct Shared {
     /// Remote read emulated by request and reply, when the transport has none.
     reads: Option<Arc<ReadService>>,
     dest: DestSpace<ProxyInner>,
-    dispatcher: Mutex<Option<JoinHandle<()>>>,
+    /// The notification thread (drains the transport) and the handler thread.
+    dispatcher: Mutex<Vec<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -155,13 +156,11 @@ impl Shared {
     fn finish(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.t.wake();
-        if let Some(h) = self
-            .dispatcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            // The last handle may go away in a handler, on the dispatcher itself: never join
+        self.notifier.wake();
+        let threads =
+            std::mem::take(&mut *self.dispatcher.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in threads {
+            // The last handle may go away in a handler, on one of these threads: never join
             // the current thread (it ends by itself, having seen `stop`).
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
@@ -219,7 +218,7 @@ impl Endpoint {
                 notifier: Arc::new(Notifier::default()),
                 reads,
                 dest: DestSpace::default(),
-                dispatcher: Mutex::new(None),
+                dispatcher: Mutex::new(Vec::new()),
                 stop: Arc::new(AtomicBool::new(false)),
             }),
         };
@@ -471,20 +470,25 @@ impl Endpoint {
 
     // ----- notifications -----
 
+    /// Starts the notification thread, which drains the transport (and answers emulated
+    /// remote reads) without ever waiting for a handler, and the handler thread.
     fn ensure_dispatcher(&self) -> Result<()> {
         let mut d = self.sh.dispatcher.lock().unwrap_or_else(|e| e.into_inner());
-        if d.is_some() {
+        if !d.is_empty() {
             return Ok(());
         }
         let t = self.sh.t.clone();
         let n = self.sh.notifier.clone();
         let reads = self.sh.reads.clone();
         let stop = self.sh.stop.clone();
-        let h = std::thread::Builder::new()
+        let drainer = std::thread::Builder::new()
             .name("vmmc-notify".into())
             .spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
-                    let mut sink = |x| route(&n, reads.as_deref(), x);
+                    let mut sink = |x: Notification| match &reads {
+                        Some(r) if x.buf == crate::emulate::SERVICE_BUF => r.serve(x),
+                        _ => n.enqueue(x),
+                    };
                     if let Err(e) = t.progress(&mut sink, Some(Duration::from_millis(500))) {
                         if !stop.load(Ordering::SeqCst) {
                             eprintln!("vmmc: notification thread stops: {e}");
@@ -494,7 +498,14 @@ impl Endpoint {
                 }
             })
             .map_err(|e| Error::io("spawn notification thread", e))?;
-        *d = Some(h);
+        d.push(drainer);
+        let n = self.sh.notifier.clone();
+        let stop = self.sh.stop.clone();
+        let handlers = std::thread::Builder::new()
+            .name("vmmc-handlers".into())
+            .spawn(move || n.run_handlers(&stop))
+            .map_err(|e| Error::io("spawn handler thread", e))?;
+        d.push(handlers);
         Ok(())
     }
 

@@ -9,9 +9,12 @@
 //!   ([`Error::NotifyOverflow`]), never dropped silently.
 //! - A handler runs with notifications blocked: it may block/unblock in pairs, but an
 //!   unconditional unblock inside it is [`Error::UnblockInHandler`].
-//! - Handlers never run concurrently; they run in arrival order, on the endpoint's notification
-//!   thread, or on the thread that unblocks (queued ones are delivered before `unblock`
-//!   returns), or on a caller of `poll`.
+//! - Handlers never run concurrently; they run in arrival order, on the endpoint's handler
+//!   thread (the notification thread that drains the transport only queues them, so it never
+//!   waits for a handler), or on the thread that unblocks (queued ones are delivered before
+//!   `unblock` returns), or on a caller of `poll`.
+//! - The queue is bounded also while unblocked: handlers slower than the arrivals for long
+//!   lose the overflow, counted and reported the same way.
 
 use crate::error::{Error, Result};
 use crate::types::{BufId, Notification};
@@ -22,8 +25,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// A notification handler: called with the notification after its data is in memory.
 pub type Handler = Arc<dyn Fn(Notification) + Send + Sync>;
 
-/// Default bound of the blocked-notification queue.
-pub const DEFAULT_QUEUE: usize = 1024;
+/// Default bound of the queue of notifications waiting for their handlers.
+pub const DEFAULT_QUEUE: usize = 4096;
 
 thread_local! {
     /// `Some(depth)` while this thread runs a handler: the handler's own block nesting.
@@ -102,18 +105,61 @@ impl Notifier {
         self.lock().delivered
     }
 
-    /// Accepts an arrived notification: queues it and runs handlers if not blocked.
+    /// Accepts an arrived notification: queues it and runs handlers on this thread if not
+    /// blocked (the caller's own context, as `poll` uses).
     pub fn deliver(&self, n: Notification) {
         let mut st = self.lock();
+        if Self::push(&mut st, n) {
+            drop(self.drain(st));
+        }
+    }
+
+    /// Accepts an arrived notification for the handler thread ([`Notifier::run_handlers`]):
+    /// queues it and returns at once, so whoever drains the transport never waits for a
+    /// handler.
+    pub fn enqueue(&self, n: Notification) {
+        let mut st = self.lock();
+        if Self::push(&mut st, n) {
+            self.cv.notify_all();
+        }
+    }
+
+    fn push(st: &mut State, n: Notification) -> bool {
         if !st.handlers.contains_key(&n.buf) {
-            return; // seed 000: no handler, no effect
+            return false; // seed 000: no handler, no effect
         }
         if st.queue.len() >= st.capacity {
             st.lost += 1;
-            return;
+            return false;
         }
         st.queue.push_back(n);
-        drop(self.drain(st));
+        true
+    }
+
+    /// The handler thread's loop: runs queued handlers whenever notifications are unblocked,
+    /// until `stop` is set (then call [`Notifier::wake`]).
+    pub fn run_handlers(&self, stop: &std::sync::atomic::AtomicBool) {
+        let mut st = self.lock();
+        loop {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            if st.depth == 0 && !st.running && !st.queue.is_empty() {
+                st = self.drain(st);
+                continue;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, std::time::Duration::from_millis(500))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Wakes the handler thread (to see `stop`).
+    pub fn wake(&self) {
+        let _st = self.lock();
+        self.cv.notify_all();
     }
 
     /// Runs queued handlers in order while unblocked and nobody else is running one.

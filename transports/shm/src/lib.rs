@@ -758,18 +758,22 @@ impl RemoteBuffer for RemoteShm {
 
     #[inline]
     fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
-        let _in = self.enter()?;
-        if self.ctrl.header().redirectable.load(Ordering::Relaxed) == 0 {
-            self.place(offset, data)?;
-        } else {
-            self.ctrl
-                .header()
-                .redir
-                .deliver(offset, data, REDIR_CHUNK, |p| match p {
-                    Piece::Default(o, d) => self.place_piece(o, d),
-                    Piece::Redirect(a, d) => self.vm_write(a, d),
-                })?;
+        {
+            let _in = self.enter()?;
+            if self.ctrl.header().redirectable.load(Ordering::Relaxed) == 0 {
+                self.place(offset, data)?;
+            } else {
+                self.ctrl
+                    .header()
+                    .redir
+                    .deliver(offset, data, REDIR_CHUNK, |p| match p {
+                        Piece::Default(o, d) => self.place_piece(o, d),
+                        Piece::Redirect(a, d) => self.vm_write(a, d),
+                    })?;
+            }
         }
+        // Out of the in-flight section: waiting for room in the receiver's queue must never
+        // hold up its unexport (whose thread may be the one to make room).
         if opts.notify {
             self.notify(offset, data)?;
         }
