@@ -400,6 +400,9 @@ impl Transport for ShmTransport {
             addr: spec.region.as_ptr() as u64,
             importers: spec.importers.clone(),
         };
+        if m.encode().len() > sys::MAX_MSG {
+            return Err(Error::InvalidArgument("importer list too long for one export"));
+        }
         let mut fds = vec![ctrl.fd().as_raw_fd()];
         if let Some(fd) = spec.region.fd() {
             fds.push(fd);

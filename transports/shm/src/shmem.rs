@@ -279,6 +279,9 @@ impl Ring {
         let h = self.header();
         let kick = h.kick.load(Ordering::Acquire);
         h.sleeping.store(1, Ordering::SeqCst);
+        // Pairs with the producer's fence after its push: either it sees us asleep, or we see
+        // its cell.
+        std::sync::atomic::fence(Ordering::SeqCst);
         // Re-check after announcing the sleep: a producer that pushed before seeing the flag
         // is caught here.
         let pos = h.head.load(Ordering::Relaxed);
