@@ -20,19 +20,50 @@ fn wait_for(line: &Line, want: u32) {
     }
 }
 
+/// The first two online CPUs (from `/sys/devices/system/cpu/online`, e.g. "0-1" or "0,2-3"),
+/// or none when there are fewer.
+fn two_cpus() -> Option<(usize, usize)> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',') {
+        let mut ends = part.split('-').map(|x| x.trim().parse::<usize>());
+        let lo = ends.next()?.ok()?;
+        let hi = match ends.next() {
+            Some(h) => h.ok()?,
+            None => lo,
+        };
+        cpus.extend(lo..=hi);
+        if cpus.len() >= 2 {
+            break;
+        }
+    }
+    (cpus.len() >= 2).then(|| (cpus[0], cpus[1]))
+}
+
+fn pin(cpu: Option<usize>) {
+    if let Some(id) = cpu {
+        // Best effort: unpinned threads still measure, only less steadily.
+        let _ = core_affinity::set_for_current(core_affinity::CoreId { id });
+    }
+}
+
 /// One-way latency in nanoseconds of `iters` round trips of the two-thread cache-line
 /// ping-pong (elapsed time / (2 × `iters`)); `iters == 0` is measured as 1.
 ///
-/// Both threads spin, so this needs two idle cores to mean anything.
+/// Both threads spin, so this needs two idle cores to mean anything. Each thread is pinned to
+/// its own CPU (the first two online ones), as the launchers pin the processes of a job;
+/// the calling thread's own affinity is left alone, so a pinned process can measure too.
 pub fn cacheline_pingpong(iters: u64) -> f64 {
     let iters = iters.max(1);
     let a = Line(AtomicU32::new(0));
     let b = Line(AtomicU32::new(0));
+    let cpus = two_cpus();
     // The counter is carried modulo 2^32 and never revisits its previous value, and the
     // handshake value `u32::MAX` is used only before the timed loop starts at 1.
     let ready = u32::MAX;
     std::thread::scope(|s| {
         s.spawn(|| {
+            pin(cpus.map(|c| c.1));
             // Handshake first, so the thread's start-up is outside the timed loop.
             b.0.store(ready, Ordering::Release);
             for i in 1..=iters {
@@ -41,14 +72,19 @@ pub fn cacheline_pingpong(iters: u64) -> f64 {
                 b.0.store(i, Ordering::Release);
             }
         });
-        wait_for(&b, ready);
-        let start = Instant::now();
-        for i in 1..=iters {
-            let i = i as u32;
-            a.0.store(i, Ordering::Release);
-            wait_for(&b, i);
-        }
-        start.elapsed().as_nanos() as f64 / (2.0 * iters as f64)
+        s.spawn(|| {
+            pin(cpus.map(|c| c.0));
+            wait_for(&b, ready);
+            let start = Instant::now();
+            for i in 1..=iters {
+                let i = i as u32;
+                a.0.store(i, Ordering::Release);
+                wait_for(&b, i);
+            }
+            start.elapsed().as_nanos() as f64 / (2.0 * iters as f64)
+        })
+        .join()
+        .expect("cache-line thread")
     })
 }
 

@@ -25,6 +25,11 @@ struct Args {
     /// Prefix every output line with "[rank] ".
     #[arg(long)]
     tag_output: bool,
+    /// Pin each rank to a CPU ("core", rank k on the k-th CPU this launcher may use) or not
+    /// ("none"). Default: core when there are at least as many CPUs as ranks, as MPI
+    /// launchers do; spinning ranks that share a CPU would crawl.
+    #[arg(long = "bind-to", value_parser = ["core", "none"])]
+    bind_to: Option<String>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -91,6 +96,15 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let sock = dir.join("rendezvous.sock");
     let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
     let job = format!("{}", std::process::id());
+    let allowed = allowed_cpus();
+    let bind = match args.bind_to.as_deref() {
+        Some("core") => true,
+        Some(_) => false,
+        None => allowed.len() >= args.n,
+    };
+    // Rank k on the k-th allowed CPU (wrapping when asked to bind more ranks than CPUs).
+    let cpus: Option<Vec<usize>> = (bind && !allowed.is_empty())
+        .then(|| (0..args.n).map(|r| allowed[r % allowed.len()]).collect());
     let mut children = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..args.n {
@@ -108,6 +122,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
             });
         if args.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        if let Some(cpu) = cpus.as_ref().map(|c| c[rank]) {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure runs in the child between fork and exec and only calls
+            // sched_setaffinity, which is async-signal-safe, on a set built on its stack.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    // Best effort: a refused binding leaves the rank unpinned.
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    Ok(())
+                });
+            }
         }
         match cmd.spawn() {
             Ok(mut c) => {
@@ -172,6 +200,21 @@ fn run(args: Args) -> Result<ExitCode, String> {
     drop(rv);
     drop(cleanup);
     Ok(ExitCode::from(worst))
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set of the size given.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
 }
 
 struct Cleanup(PathBuf);

@@ -401,7 +401,9 @@ impl Transport for ShmTransport {
             importers: spec.importers.clone(),
         };
         if m.encode().len() > sys::MAX_MSG {
-            return Err(Error::InvalidArgument("importer list too long for one export"));
+            return Err(Error::InvalidArgument(
+                "importer list too long for one export",
+            ));
         }
         let mut fds = vec![ctrl.fd().as_raw_fd()];
         if let Some(fd) = spec.region.fd() {
