@@ -168,3 +168,32 @@ fn runs_under_mpirun() {
     );
     assert_eq!(stdout.matches("got token").count(), 3, "{stdout}");
 }
+
+#[test]
+fn sigterm_to_the_launcher_reaches_the_ranks() {
+    // Ranks that would run for a minute; the launcher is told to stop.
+    let mut child = Command::new(launcher())
+        .args(["-n", "2", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    // Wait until both ranks run (they are the launcher's children).
+    let t = std::time::Instant::now();
+    loop {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+            .unwrap_or_default();
+        if kids.split_whitespace().count() == 2 {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 20, "ranks never started");
+        std::thread::yield_now();
+    }
+    // SAFETY: kill on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM as i32),
+        "ranks ended by the forwarded SIGTERM"
+    );
+    assert!(t.elapsed().as_secs() < 30, "the ranks were not stopped");
+}

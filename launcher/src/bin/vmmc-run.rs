@@ -10,6 +10,7 @@ use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use vmmc::bootstrap::vars;
 use vmmc_shm::server::Rendezvous;
 
@@ -91,6 +92,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             vmmc_run::TRANSPORTS.join(", ")
         ));
     }
+    forward_signals();
     let dir = job_dir().map_err(|e| format!("cannot create the job directory: {e}"))?;
     let cleanup = Cleanup(dir.clone());
     let sock = dir.join("rendezvous.sock");
@@ -165,6 +167,15 @@ fn run(args: Args) -> Result<ExitCode, String> {
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                // SIGINT/SIGTERM/SIGHUP to the launcher: pass it on to the ranks still
+                // running, then keep reaping them.
+                let sig = SIGNALLED.swap(0, Ordering::SeqCst);
+                if sig != 0 {
+                    for (_, c) in &children {
+                        // SAFETY: kill on a child's pid (not yet reaped, so not reused).
+                        unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+                    }
+                }
                 continue;
             }
             break;
@@ -200,6 +211,29 @@ fn run(args: Args) -> Result<ExitCode, String> {
     drop(rv);
     drop(cleanup);
     Ok(ExitCode::from(worst))
+}
+
+/// The last termination signal the launcher received, to pass on to the ranks.
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP without SA_RESTART, so they interrupt `waitpid` and the
+/// launcher forwards them instead of dying and leaving its ranks orphaned.
+fn forward_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: sigaction is plain data; the handler only stores into an atomic, which is
+        // async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
 }
 
 /// The CPUs this process may run on.
