@@ -192,7 +192,7 @@ fn sigterm_to_the_launcher_reaches_the_ranks() {
     let status = child.wait().unwrap();
     assert_eq!(
         status.code(),
-        Some(128 + libc::SIGTERM as i32),
+        Some(128 + libc::SIGTERM),
         "ranks ended by the forwarded SIGTERM"
     );
     assert!(t.elapsed().as_secs() < 30, "the ranks were not stopped");

@@ -10,7 +10,7 @@ use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use vmmc::bootstrap::vars;
 use vmmc_shm::server::Rendezvous;
 
@@ -92,7 +92,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
             vmmc_run::TRANSPORTS.join(", ")
         ));
     }
-    forward_signals();
+    let pids: Arc<Mutex<Ranks>> = Arc::new(Mutex::new(Ranks::default()));
+    forward_signals(pids.clone());
     let dir = job_dir().map_err(|e| format!("cannot create the job directory: {e}"))?;
     let cleanup = Cleanup(dir.clone());
     let sock = dir.join("rendezvous.sock");
@@ -125,22 +126,35 @@ fn run(args: Args) -> Result<ExitCode, String> {
         if args.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        if let Some(cpu) = cpus.as_ref().map(|c| c[rank]) {
+        let cpu = cpus.as_ref().map(|c| c[rank]);
+        let unblock = forwarded_set();
+        {
             use std::os::unix::process::CommandExt;
             // SAFETY: the closure runs in the child between fork and exec and only calls
-            // sched_setaffinity, which is async-signal-safe, on a set built on its stack.
+            // async-signal-safe functions on data built on its stack or copied in.
             unsafe {
                 cmd.pre_exec(move || {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    // Best effort: a refused binding leaves the rank unpinned.
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    // The rank gets the default signal handling the launcher blocked.
+                    libc::pthread_sigmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut());
+                    if let Some(cpu) = cpu {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(cpu, &mut set);
+                        // Best effort: a refused binding leaves the rank unpinned.
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    }
                     Ok(())
                 });
             }
         }
         match cmd.spawn() {
             Ok(mut c) => {
+                let mut r = pids.lock().unwrap_or_else(|e| e.into_inner());
+                r.pids.push(c.id() as libc::pid_t);
+                if let Some(sig) = r.signal {
+                    // SAFETY: kill on the rank just started.
+                    unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+                }
+                drop(r);
                 if args.tag_output {
                     pumps.push(pump(rank, c.stdout.take().expect("piped"), false));
                     pumps.push(pump(rank, c.stderr.take().expect("piped"), true));
@@ -167,15 +181,6 @@ fn run(args: Args) -> Result<ExitCode, String> {
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                // SIGINT/SIGTERM/SIGHUP to the launcher: pass it on to the ranks still
-                // running, then keep reaping them.
-                let sig = SIGNALLED.swap(0, Ordering::SeqCst);
-                if sig != 0 {
-                    for (_, c) in &children {
-                        // SAFETY: kill on a child's pid (not yet reaped, so not reused).
-                        unsafe { libc::kill(c.id() as libc::pid_t, sig) };
-                    }
-                }
                 continue;
             }
             break;
@@ -185,6 +190,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
         };
         let rank = children[pos].0;
         left -= 1;
+        pids.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pids
+            .retain(|&p| p != pid);
         rv.mark_ended(rank);
         let code = if libc::WIFEXITED(status) {
             libc::WEXITSTATUS(status) as u8
@@ -213,27 +222,48 @@ fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::from(worst))
 }
 
-/// The last termination signal the launcher received, to pass on to the ranks.
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
+/// The ranks alive, and the signal forwarded to them, if any (ranks started after it get it
+/// too).
+#[derive(Default)]
+struct Ranks {
+    pids: Vec<libc::pid_t>,
+    signal: Option<libc::c_int>,
 }
 
-/// Catches SIGINT, SIGTERM and SIGHUP without SA_RESTART, so they interrupt `waitpid` and the
-/// launcher forwards them instead of dying and leaving its ranks orphaned.
-fn forward_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: sigaction is plain data; the handler only stores into an atomic, which is
-        // async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = 0;
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED {
+            libc::sigaddset(&mut set, sig);
         }
+        set
     }
+}
+
+/// SIGINT, SIGTERM and SIGHUP to the launcher go to its ranks instead of killing it and
+/// leaving them orphaned: they are blocked in every thread (call this before starting any),
+/// and one thread waits for them and passes each on to the ranks alive in `pids`.
+fn forward_signals(pids: Arc<Mutex<Ranks>>) {
+    let set = forwarded_set();
+    // SAFETY: blocks the signals for this thread and the threads it starts later.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    std::thread::spawn(move || loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: waits for one of the blocked signals.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            return;
+        }
+        let mut r = pids.lock().unwrap_or_else(|e| e.into_inner());
+        r.signal = Some(sig);
+        for &pid in r.pids.iter() {
+            // SAFETY: kill on a rank's pid; pids leave the list when they are reaped.
+            unsafe { libc::kill(pid, sig) };
+        }
+    });
 }
 
 /// The CPUs this process may run on.
