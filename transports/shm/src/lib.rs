@@ -429,15 +429,7 @@ impl Transport for ShmTransport {
         let ctrl = self.ctrl(buf)?;
         // Break every link, then wait for the transfers in progress (Dekker with the senders'
         // in-flight counters: both sides use sequentially consistent operations).
-        ctrl.header()
-            .revoked
-            .compare_exchange(
-                revoked::LIVE,
-                revoked::UNEXPORTED,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .ok();
+        ctrl.revoke(revoked::UNEXPORTED);
         self.drain_senders(&ctrl);
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let r = self.call(req, &Msg::Unexport { req, buf }, &[]);
@@ -600,15 +592,7 @@ impl Transport for ShmTransport {
                 ex.values().map(|e| e.ctrl.clone()).collect()
             };
             for c in &ctrls {
-                c.header()
-                    .revoked
-                    .compare_exchange(
-                        revoked::LIVE,
-                        revoked::OWNER_GONE,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    )
-                    .ok();
+                c.revoke(revoked::OWNER_GONE);
             }
             for c in &ctrls {
                 self.drain_senders(c);

@@ -12,7 +12,6 @@ use crate::sys;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use vmmc::registry::{ImportOutcome, PendingImport, Registry};
@@ -247,16 +246,7 @@ fn gone(st: &mut State, rank: usize, how: u32) {
     let p = proc_of(st, rank);
     let (exports, failed) = st.registry.proc_gone(p);
     for (_, h) in exports {
-        h.ctrl
-            .header()
-            .revoked
-            .compare_exchange(
-                revoked::LIVE,
-                revoked::OWNER_GONE,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .ok();
+        h.ctrl.revoke(revoked::OWNER_GONE);
     }
     let e = Error::PeerLost(format!("rank {rank} ({p})"));
     for f in failed {

@@ -126,6 +126,17 @@ impl Ctrl {
     pub fn header(&self) -> &CtrlHeader {
         self.map.at(0)
     }
+    /// Breaks every link to the buffer, giving `reason` (see [`revoked`]) to later senders;
+    /// the first reason stays.
+    pub fn revoke(&self, reason: u32) {
+        let _ = self.header().revoked.compare_exchange(
+            revoked::LIVE,
+            reason,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
     /// The in-flight counter of `rank`.
     pub fn in_flight(&self, rank: usize) -> &AtomicU32 {
         assert!(rank < self.ranks);
