@@ -125,6 +125,7 @@ impl AutoUpdateBinding {
     /// the transport's own checks remain.
     #[inline]
     fn propagate(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.proxy.ep.sh.engine.settle();
         let p = &self.proxy.inner;
         if !p.live.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(Error::NotImported);

@@ -1294,7 +1294,25 @@ fn async_send(ep: &Endpoint) -> Check {
         })?;
         let n = log.lock().expect("log")[0];
         ensure!(n.offset == 512 + 60 && n.value == 42, "async notify: {n:?}");
-        Ok(())
+        // Order: asynchronous sends, then a blocking one into another buffer; once its flag is
+        // here, every asynchronous message before it is too.
+        let big = ep.alloc(BIG_ASYNC, MemKind::Shared).ctx("alloc")?;
+        ep.export(121, &big, ExportOptions::new()).ctx("export")?;
+        sync.barrier()?;
+        wait_for(ep, Some(0), "the flag after the async sends", || {
+            r.load_u32(1024).unwrap_or(0) == 77
+        })?;
+        let mut got = vec![0u8; BIG_ASYNC];
+        big.read(0, &mut got).ctx("read")?;
+        ensure!(
+            got[..BIG_ASYNC / 2] == pattern(BIG_ASYNC / 2, 9)[..],
+            "first async message"
+        );
+        ensure!(
+            got[BIG_ASYNC / 2..] == pattern(BIG_ASYNC / 2, 10)[..],
+            "second async message"
+        );
+        sync.barrier()
     } else {
         sync.barrier()?;
         let p = ep.import(ep.proc_of(1).ctx("rank")?, 120).ctx("import")?;
@@ -1320,9 +1338,29 @@ fn async_send(ep: &Endpoint) -> Check {
             ),
             "bad async send refused at once"
         );
+        sync.barrier()?;
+        sync.barrier()?; // 121 exported
+        let owner = ep.proc_of(1).ctx("rank")?;
+        let q = ep.import(owner, 121).ctx("import")?;
+        let a = q.send_async(0, pattern(BIG_ASYNC / 2, 9)).ctx("async 1")?;
+        let b = q
+            .send_async(BIG_ASYNC / 2, pattern(BIG_ASYNC / 2, 10))
+            .ctx("async 2")?;
+        let g = q.get_data_async(0, 64).ctx("async read")?;
+        p.send(1024, &77u32.to_ne_bytes())
+            .ctx("blocking send after them")?;
+        a.wait().ctx("wait 1")?;
+        b.wait().ctx("wait 2")?;
+        ensure!(
+            g.wait().ctx("read")? == pattern(64, 9),
+            "an asynchronous read after asynchronous sends sees them"
+        );
         sync.barrier()
     }
 }
+
+/// Size of the asynchronous messages of `async_send`: big enough to be in flight a while.
+const BIG_ASYNC: usize = 8 << 20;
 
 /// Both ranks' handlers read the other's buffer at the same time: remote read must not wait
 /// for the owner's handlers (with an emulated read, for its notification thread to be free).

@@ -4,6 +4,7 @@
 
 use crate::destspace::DestSpace;
 use crate::emulate::ReadService;
+use crate::engine::{AsyncGet, AsyncSend, Engine};
 use crate::error::{Error, Result};
 use crate::notify::{Handler, Notifier};
 use crate::redirect::Redirected;
@@ -115,8 +116,10 @@ pub(crate) fn check_transfer(offset: usize, len: usize, size: usize) -> Result<(
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     t: Arc<dyn Transport>,
+    /// Performs `send_async` and `get_data_async`.
+    pub(crate) engine: Arc<Engine>,
     caps: Caps,
     exports: Arc<Mutex<BTreeMap<BufId, Exported>>>,
     notifier: Arc<Notifier>,
@@ -134,7 +137,7 @@ struct Shared {
 /// notification thread and leaves the job cleanly.
 #[derive(Clone)]
 pub struct Endpoint {
-    sh: Arc<Shared>,
+    pub(crate) sh: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -154,6 +157,7 @@ impl Drop for Shared {
 
 impl Shared {
     fn finish(&self) {
+        self.engine.stop();
         self.stop.store(true, Ordering::SeqCst);
         self.t.wake();
         self.notifier.wake();
@@ -213,6 +217,7 @@ impl Endpoint {
         let ep = Endpoint {
             sh: Arc::new(Shared {
                 t,
+                engine: Arc::new(Engine::default()),
                 caps,
                 exports,
                 notifier: Arc::new(Notifier::default()),
@@ -234,6 +239,7 @@ impl Endpoint {
     pub fn hold_locks_for_test(&self, f: &mut dyn FnMut()) {
         let _e = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
         let _d = self.sh.dispatcher.lock().unwrap_or_else(|e| e.into_inner());
+        let f = &mut || self.sh.engine.hold_lock(f);
         self.sh
             .notifier
             .hold_lock(&mut || self.sh.dest.hold_locks(&mut || self.sh.t.hold_locks(f)));
@@ -605,6 +611,7 @@ impl Endpoint {
     /// plus the destination offset.
     #[inline]
     pub fn send_at(&self, addr: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        self.sh.engine.settle();
         self.sh
             .dest
             .with(addr, |p, off| p.write(off, data, opts))
@@ -638,7 +645,7 @@ fn route(n: &Notifier, reads: Option<&ReadService>, x: Notification) {
 
 impl Shared {
     /// Remote read: the transport's own, or the emulation.
-    fn get_data(&self, p: &ProxyInner, offset: usize, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn get_data(&self, p: &ProxyInner, offset: usize, out: &mut [u8]) -> Result<()> {
         if !p.live.load(Ordering::Relaxed) {
             return Err(Error::NotImported);
         }
@@ -726,40 +733,6 @@ impl std::fmt::Debug for Proxy {
     }
 }
 
-/// Completion status of an asynchronous operation (`vmmc_AsyncStatus`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AsyncStatus {
-    /// Still in progress: the send buffer is not reusable yet.
-    Pending,
-    /// Complete: the data has left.
-    Done,
-}
-
-/// An asynchronous deliberate update. Owns its data until it completes, so the API stays
-/// safe (the rsmpi rule: a request holds its buffer).
-pub struct AsyncSend {
-    data: Arc<[u8]>,
-    result: Option<Result<()>>,
-}
-
-impl AsyncSend {
-    /// Completion status; an error if the transfer failed.
-    pub fn status(&mut self) -> Result<AsyncStatus> {
-        match &self.result {
-            None => Ok(AsyncStatus::Pending),
-            Some(Ok(())) => Ok(AsyncStatus::Done),
-            Some(Err(_)) => Err(self.result.take().and_then(|r| r.err()).expect("error")),
-        }
-    }
-    /// Waits for completion and gives the data back.
-    pub fn wait(self) -> Result<Arc<[u8]>> {
-        match self.result {
-            Some(Err(e)) => Err(e),
-            _ => Ok(self.data),
-        }
-    }
-}
-
 impl Proxy {
     /// Size of the receive buffer in bytes.
     pub fn len(&self) -> usize {
@@ -790,18 +763,21 @@ impl Proxy {
     /// returns when the data has left. Offset and length are word multiples.
     #[inline]
     pub fn send(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.ep.sh.engine.settle();
         self.inner.write(offset, data, WriteOpts::default())
     }
 
     /// Deliberate update with notification (`vmmc_SendDataNotify`).
     #[inline]
     pub fn send_notify(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.ep.sh.engine.settle();
         self.inner.write(offset, data, WriteOpts { notify: true })
     }
 
     /// Deliberate update with explicit options.
     #[inline]
     pub fn send_with(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        self.ep.sh.engine.settle();
         self.inner.write(offset, data, opts)
     }
 
@@ -827,14 +803,14 @@ impl Proxy {
     ) -> Result<AsyncSend> {
         let data = data.into();
         // Bad arguments are refused at once, as for the blocking send.
+        if !self.inner.live.load(Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
         check_transfer(offset, data.len(), self.inner.len)?;
-        // Transports without real asynchronous sends complete here; the data has left when
-        // the status says Done.
-        let result = self.inner.write(offset, &data, opts);
-        Ok(AsyncSend {
-            data,
-            result: Some(result),
-        })
+        self.ep
+            .sh
+            .engine
+            .write(self.inner.clone(), offset, data, opts)
     }
 
     /// Remote read (`vmmc_GetData`): copies `out.len()` bytes from `offset` of the receive
@@ -845,43 +821,19 @@ impl Proxy {
 
     /// Asynchronous remote read (`vmmc_GetDataAsync`); the result owns the data read.
     pub fn get_data_async(&self, offset: usize, len: usize) -> Result<AsyncGet> {
+        if !self.inner.live.load(Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
         check_transfer(offset, len, self.inner.len)?;
-        let mut out = vec![0u8; len];
-        let result = self
-            .ep
+        self.ep
             .sh
-            .get_data(&self.inner, offset, &mut out)
-            .map(|()| out);
-        Ok(AsyncGet {
-            result: Some(result),
-        })
+            .engine
+            .read(self.inner.clone(), self.ep.sh.clone(), offset, len)
     }
 
     /// Waits until every earlier send through this proxy is visible at the receiver.
     pub fn fence(&self) -> Result<()> {
         self.inner.remote.fence()
-    }
-}
-
-/// An asynchronous remote read.
-pub struct AsyncGet {
-    result: Option<Result<Vec<u8>>>,
-}
-
-impl AsyncGet {
-    /// Completion status.
-    pub fn status(&self) -> AsyncStatus {
-        if self.result.is_some() {
-            AsyncStatus::Done
-        } else {
-            AsyncStatus::Pending
-        }
-    }
-    /// Waits and returns the data read.
-    pub fn wait(mut self) -> Result<Vec<u8>> {
-        self.result
-            .take()
-            .unwrap_or(Err(Error::Protocol("remote read lost".into())))
     }
 }
 

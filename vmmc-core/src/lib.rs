@@ -21,6 +21,7 @@ pub mod conformance;
 pub mod destspace;
 pub mod emulate;
 mod endpoint;
+mod engine;
 pub mod error;
 pub mod notify;
 pub mod redirect;
@@ -30,9 +31,8 @@ pub mod transport;
 pub mod types;
 
 pub use au::{AuBatch, AuOptions, AutoUpdateBinding};
-pub use endpoint::{
-    AsyncGet, AsyncSend, AsyncStatus, Endpoint, ExportOptions, ImportRequest, Proxy, WeakEndpoint,
-};
+pub use endpoint::{Endpoint, ExportOptions, ImportRequest, Proxy, WeakEndpoint};
+pub use engine::{AsyncGet, AsyncSend, AsyncStatus};
 pub use error::{error_str, Error, Result};
 pub use notify::Handler;
 pub use redirect::Redirected;

@@ -39,7 +39,8 @@ pub struct Caps {
     pub native_au: bool,
     /// Transfer redirection done where the data is placed.
     pub redirection: bool,
-    /// Real asynchronous sends (otherwise `send_async` completes before it returns).
+    /// The transport completes writes asynchronously by itself (unused by the core for now:
+    /// `send_async` runs on the core's own engine thread either way).
     pub async_send: bool,
     /// Largest single write, in bytes (0: no limit); the core splits larger sends.
     pub max_write: usize,
