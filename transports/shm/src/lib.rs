@@ -756,7 +756,7 @@ impl RemoteBuffer for RemoteShm {
                     .header()
                     .redir
                     .deliver(offset, data, REDIR_CHUNK, |p| match p {
-                        Piece::Default(o, d) => self.place_piece(o, d),
+                        Piece::Default(o, d) => self.place(o, d),
                         Piece::Redirect(a, d) => self.vm_write(a, d),
                     })?;
             }
@@ -786,15 +786,5 @@ impl RemoteBuffer for RemoteShm {
                 }
             })
         }
-    }
-}
-
-impl RemoteShm {
-    /// A piece of a redirected message going to the default buffer (any word multiple).
-    fn place_piece(&self, offset: usize, data: &[u8]) -> Result<()> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        self.place(offset, data)
     }
 }

@@ -12,7 +12,7 @@ use crate::sys;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use vmmc::registry::{ImportOutcome, PendingImport, Registry};
 use vmmc::{Error, ProcId, Result};
@@ -41,13 +41,12 @@ struct State {
     welcomed: bool,
     aborted: Option<String>,
     status: Status,
-    finished: usize,
 }
 
 /// A running rendezvous.
 pub struct Rendezvous {
     path: PathBuf,
-    st: Arc<(Mutex<State>, Condvar)>,
+    st: Arc<Mutex<State>>,
     accept: Option<JoinHandle<()>>,
 }
 
@@ -65,21 +64,17 @@ impl Rendezvous {
         let listener = bind_seqpacket(path)?;
         let mut registry = Registry::default();
         let squids = (0..size).map(|_| registry.new_squid()).collect();
-        let st = Arc::new((
-            Mutex::new(State {
-                size,
-                registry,
-                conns: (0..size).map(|_| None).collect(),
-                rings: (0..size).map(|_| None).collect(),
-                squids,
-                hellos: 0,
-                welcomed: false,
-                aborted: None,
-                status: Status::create(size)?,
-                finished: 0,
-            }),
-            Condvar::new(),
-        ));
+        let st = Arc::new(Mutex::new(State {
+            size,
+            registry,
+            conns: (0..size).map(|_| None).collect(),
+            rings: (0..size).map(|_| None).collect(),
+            squids,
+            hellos: 0,
+            welcomed: false,
+            aborted: None,
+            status: Status::create(size)?,
+        }));
         let st2 = st.clone();
         let accept = std::thread::Builder::new()
             .name("vmmc-rendezvous".into())
@@ -111,26 +106,25 @@ impl Rendezvous {
 
     /// The state of each rank (see [`crate::shmem::state`]).
     pub fn states(&self) -> Vec<u32> {
-        let st = self.st.0.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         (0..st.size).map(|r| st.status.get(r)).collect()
     }
 
     /// Marks a rank dead (the launcher saw it die before it connected, or after).
     pub fn mark_dead(&self, rank: usize) {
-        let mut st = self.st.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         if rank < st.size && st.status.alive(rank) {
             if !st.welcomed {
                 abort_start(&mut st, &format!("rank {rank} died before the job started"));
             }
             gone(&mut st, rank, state::DEAD);
-            self.st.1.notify_all();
         }
     }
 
     /// A rank ended (with any status): if it never joined, the job cannot start, and the ranks
     /// waiting for it are told so instead of waiting forever.
     pub fn mark_ended(&self, rank: usize) {
-        let mut st = self.st.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         if rank < st.size && !st.welcomed && st.status.get(rank) == state::STARTING {
             abort_start(
                 &mut st,
@@ -255,16 +249,15 @@ fn gone(st: &mut State, rank: usize, how: u32) {
         }
     }
     st.conns[rank] = None;
-    st.finished += 1;
 }
 
-fn serve(st: Arc<(Mutex<State>, Condvar)>, stream: UnixStream) {
+fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
     let fd = stream.as_raw_fd();
     // First message: hello.
     let rank = match sys::recv_msg(fd, false) {
         Ok(Some((b, mut fds))) => match Msg::decode(&b) {
             Ok(Msg::Hello { rank, pid }) if fds.len() == 1 => {
-                let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+                let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
                 let r = rank as usize;
                 if let Some(why) = &s.aborted {
                     let _ = sys::send_msg(
@@ -322,7 +315,7 @@ fn serve(st: Arc<(Mutex<State>, Condvar)>, stream: UnixStream) {
                 break;
             }
         };
-        let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
         let me = proc_of(&s, rank);
         let Some(conn) = s.conns[rank].clone() else {
             break;
@@ -438,7 +431,6 @@ fn serve(st: Arc<(Mutex<State>, Condvar)>, stream: UnixStream) {
             }
         }
     }
-    let mut s = st.0.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
     gone(&mut s, rank, how);
-    st.1.notify_all();
 }
