@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests and the benchmarks need on a fresh Debian 12 machine:
 # Open MPI (the MPI baseline and the mpirun bootstrap test), clang/libclang and pkg-config
-# (bindgen, for mpi-sys), and a C compiler (the C API test). Idempotent: skips what is there.
+# (bindgen, for mpi-sys), a C compiler (the C API test), and rpcbind, libtirpc, rpcgen and the
+# rpcsvc .x files (the SunRPC interoperability tests). Idempotent: skips what is there.
 set -euo pipefail
 need=()
-for pkg in libopenmpi-dev openmpi-bin clang libclang-dev pkg-config gcc libc6-dev; do
+for pkg in libopenmpi-dev openmpi-bin clang libclang-dev pkg-config gcc libc6-dev \
+    rpcbind libtirpc-dev rpcsvc-proto libnsl-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

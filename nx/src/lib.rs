@@ -1,0 +1,1 @@
+//! NX/2 message passing over VMMC.

@@ -1,0 +1,1 @@
+//! Stub generators: an rpcgen-compatible front end for .x files.
