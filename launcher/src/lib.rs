@@ -10,6 +10,17 @@
 //! # Ok::<(), vmmc::Error>(())
 //! ```
 //!
+//! [`run`] is the entry point for programs that must also run on the simulated SHRIMP, where
+//! every node is a thread of one process: it calls the program's body once per node.
+//!
+//! ```no_run
+//! vmmc_run::run(|ep| {
+//!     println!("rank {} of {}", ep.rank(), ep.size());
+//!     Ok(())
+//! })?;
+//! # Ok::<(), vmmc::Error>(())
+//! ```
+//!
 //! The `vmmc-run` binary starts the processes of a job (see its `--help`).
 #![deny(missing_docs)]
 
@@ -18,7 +29,10 @@ use vmmc::bootstrap::BootEnv;
 use vmmc::{Endpoint, Error, Result};
 
 /// The transports this build knows.
-pub const TRANSPORTS: &[&str] = &["shm"];
+pub const TRANSPORTS: &[&str] = &["shm", "sim"];
+
+/// Where the simulator writes its run statistics (JSON), when set.
+pub const SIM_STATS_VAR: &str = "VMMC_SIM_STATS";
 
 /// Joins the job described by the environment and returns this process's endpoint.
 pub fn init() -> Result<Endpoint> {
@@ -29,9 +43,50 @@ pub fn init() -> Result<Endpoint> {
 pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
     match env.transport.as_str() {
         "shm" => Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(env)?)),
+        "sim" => Err(Error::Bootstrap(
+            "the sim transport runs every node as a thread of one process: start the program \
+             through vmmc_run::run"
+                .into(),
+        )),
         other => Err(Error::Bootstrap(format!(
             "transport {other:?} is not built in (this build has: {})",
             TRANSPORTS.join(", ")
         ))),
     }
+}
+
+/// Runs `body` as this job's program: once in this process with its endpoint (shm and other
+/// process-per-rank transports), or once per node on threads of this process (sim, where
+/// `VMMC_SIZE` nodes run in virtual time with the parameters of `VMMC_SIM_PARAMS` /
+/// `VMMC_SIM_SET`, and the run's statistics go to the file named by [`SIM_STATS_VAR`]).
+/// Returns the first failure.
+pub fn run<F>(body: F) -> Result<()>
+where
+    F: Fn(Endpoint) -> Result<()> + Sync,
+{
+    let env = BootEnv::from_env()?;
+    if env.transport != "sim" {
+        return body(init_with(&env)?);
+    }
+    let sim = vmmc_sim::Sim::new(env.size, vmmc_sim::Params::from_env()?)?;
+    let outcomes = sim.run(body);
+    if let Ok(path) = std::env::var(SIM_STATS_VAR) {
+        if !path.is_empty() {
+            let json = serde_json::to_string_pretty(&sim.stats())
+                .map_err(|e| Error::Protocol(format!("statistics: {e}")))?;
+            std::fs::write(&path, json).map_err(|e| Error::io("write the sim statistics", e))?;
+        }
+    }
+    let mut first = None;
+    for (rank, o) in outcomes.into_iter().enumerate() {
+        let err = match o {
+            vmmc_sim::Outcome::Returned(Ok(())) => continue,
+            vmmc_sim::Outcome::Returned(Err(e)) => e,
+            vmmc_sim::Outcome::Died => Error::PeerLost(format!("node {rank} died")),
+            vmmc_sim::Outcome::Panicked(m) => Error::Protocol(format!("node {rank} panicked: {m}")),
+        };
+        eprintln!("vmmc-run: node {rank}: {err}");
+        first.get_or_insert(err);
+    }
+    first.map_or(Ok(()), Err)
 }

@@ -44,6 +44,9 @@ pub struct AutoUpdateBinding {
     /// The transport's native path: the receive buffer mapped here (word stores without
     /// combining or notification go straight into it).
     window: Option<crate::Window>,
+    /// The transport packetizes stores itself ([`crate::Caps::au_packetizer`]).
+    packetizer: bool,
+    au: AuOptions,
 }
 
 impl Proxy {
@@ -61,7 +64,10 @@ impl Proxy {
         opts: AuOptions,
     ) -> Result<AutoUpdateBinding> {
         check_transfer(remote_offset, local.len(), self.len())?;
+        let packetizer = self.ep.caps().au_packetizer;
         Ok(AutoUpdateBinding {
+            packetizer,
+            au: opts,
             local,
             proxy: self.clone(),
             remote_offset,
@@ -70,7 +76,7 @@ impl Proxy {
             },
             combining: opts.combining,
             dirty: Cell::new(None),
-            window: if opts.combining || opts.notify {
+            window: if opts.combining || opts.notify || packetizer {
                 None
             } else {
                 self.inner.remote.window()
@@ -101,7 +107,9 @@ impl AutoUpdateBinding {
     #[inline]
     pub fn store_u32(&self, offset: usize, value: u32) -> Result<()> {
         self.local.store_u32(offset, value)?;
-        if self.combining {
+        if self.packetizer {
+            self.snooped(offset, &value.to_ne_bytes())
+        } else if self.combining {
             self.combine(offset, WORD_SIZE)
         } else {
             self.propagate(offset, &value.to_ne_bytes())
@@ -113,7 +121,9 @@ impl AutoUpdateBinding {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         check_transfer(offset, data.len(), self.local.len())?;
         self.local.write(offset, data)?;
-        if self.combining {
+        if self.packetizer {
+            self.snooped(offset, data)
+        } else if self.combining {
             self.combine(offset, data.len())
         } else {
             self.propagate(offset, data)
@@ -137,6 +147,23 @@ impl AutoUpdateBinding {
             return p.write(self.remote_offset + offset, data, self.opts);
         }
         p.remote.write(self.remote_offset + offset, data, self.opts)
+    }
+
+    /// Hands a store to the transport's packetizer.
+    fn snooped(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.proxy.ep.sh.engine.settle();
+        if !self
+            .proxy
+            .inner
+            .live
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(Error::NotImported);
+        }
+        self.proxy
+            .inner
+            .remote
+            .au_store(self.remote_offset + offset, data, self.au)
     }
 
     /// Reads a word of the local copy.
@@ -164,6 +191,9 @@ impl AutoUpdateBinding {
 
     /// Sends the pending combined packet, if any.
     pub fn flush(&self) -> Result<()> {
+        if self.packetizer {
+            return self.proxy.inner.remote.au_flush();
+        }
         let Some((s, e)) = self.dirty.take() else {
             return Ok(());
         };

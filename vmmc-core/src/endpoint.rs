@@ -487,9 +487,9 @@ impl Endpoint {
         let n = self.sh.notifier.clone();
         let reads = self.sh.reads.clone();
         let stop = self.sh.stop.clone();
-        let drainer = std::thread::Builder::new()
-            .name("vmmc-notify".into())
-            .spawn(move || {
+        let drainer = crate::pace::spawn_inheriting(
+            std::thread::Builder::new().name("vmmc-notify".into()),
+            move || {
                 while !stop.load(Ordering::SeqCst) {
                     let mut sink = |x: Notification| match &reads {
                         Some(r) if x.buf == crate::emulate::SERVICE_BUF => r.serve(x),
@@ -502,15 +502,17 @@ impl Endpoint {
                         break;
                     }
                 }
-            })
-            .map_err(|e| Error::io("spawn notification thread", e))?;
+            },
+        )
+        .map_err(|e| Error::io("spawn notification thread", e))?;
         d.push(drainer);
         let n = self.sh.notifier.clone();
         let stop = self.sh.stop.clone();
-        let handlers = std::thread::Builder::new()
-            .name("vmmc-handlers".into())
-            .spawn(move || n.run_handlers(&stop))
-            .map_err(|e| Error::io("spawn handler thread", e))?;
+        let handlers = crate::pace::spawn_inheriting(
+            std::thread::Builder::new().name("vmmc-handlers".into()),
+            move || n.run_handlers(&stop),
+        )
+        .map_err(|e| Error::io("spawn handler thread", e))?;
         d.push(handlers);
         Ok(())
     }

@@ -118,10 +118,11 @@ impl Engine {
         if t.is_none() {
             let me = self.clone();
             *t = Some(
-                std::thread::Builder::new()
-                    .name("vmmc-async".into())
-                    .spawn(move || me.run())
-                    .map_err(|e| Error::io("spawn the asynchronous engine", e))?,
+                crate::pace::spawn_inheriting(
+                    std::thread::Builder::new().name("vmmc-async".into()),
+                    move || me.run(),
+                )
+                .map_err(|e| Error::io("spawn the asynchronous engine", e))?,
             );
         }
         self.pending.fetch_add(1, Ordering::AcqRel);

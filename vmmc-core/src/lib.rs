@@ -24,6 +24,7 @@ mod endpoint;
 mod engine;
 pub mod error;
 pub mod notify;
+pub mod pace;
 pub mod redirect;
 pub mod region;
 pub mod registry;

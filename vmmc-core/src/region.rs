@@ -272,6 +272,19 @@ impl Region {
         mut give_up: impl FnMut() -> Result<()>,
     ) -> Result<u32> {
         let w = self.word(offset)?;
+        if crate::pace::is_paced() {
+            // Under a pacer each turn waits for an event: check for a reason to give up on
+            // every one.
+            let mut spins = 0u32;
+            loop {
+                let v = w.load(Ordering::Acquire);
+                if done(v) {
+                    return Ok(v);
+                }
+                give_up()?;
+                crate::pace::relax(&mut spins);
+            }
+        }
         let mut spins = 0u32;
         loop {
             let v = w.load(Ordering::Acquire);

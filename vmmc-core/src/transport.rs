@@ -44,6 +44,10 @@ pub struct Caps {
     pub async_send: bool,
     /// Largest single write, in bytes (0: no limit); the core splits larger sends.
     pub max_write: usize,
+    /// The transport packetizes automatic-update stores itself (the simulated snooping
+    /// hardware with its combining and timer): the core hands it every store through
+    /// [`RemoteBuffer::au_store`] instead of combining them into deliberate updates.
+    pub au_packetizer: bool,
 }
 
 /// Options of one write: the options struct instead of one entry point per variant.
@@ -273,6 +277,22 @@ pub trait RemoteBuffer: Send + Sync {
     }
     /// Waits until every earlier write through this link is visible at the receiver.
     fn fence(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Automatic update through the transport's packetizer ([`Caps::au_packetizer`]): `data`
+    /// was just stored at the sender and is snooped on its way to `offset`. Transports
+    /// without a packetizer never see this call; the default sends a deliberate update.
+    fn au_store(&self, offset: usize, data: &[u8], opts: crate::AuOptions) -> Result<()> {
+        self.write(
+            offset,
+            data,
+            WriteOpts {
+                notify: opts.notify,
+            },
+        )
+    }
+    /// Sends the packet the packetizer is combining, if any (a binding's flush or guard).
+    fn au_flush(&self) -> Result<()> {
         Ok(())
     }
 }

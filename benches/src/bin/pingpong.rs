@@ -14,10 +14,16 @@
 //!
 //! The last word of each message carries a sequence number; the receiver spins on it (a
 //! receiver that sees the last word sees the whole message).
+//!
+//! On the simulated SHRIMP (`vmmc-run -n 2 --transport sim -- pingpong`) times are virtual
+//! and deterministic: each point is measured once over a fixed number of round trips, the
+//! host-only series (cache-line, DU-syscall) are left out, and the AU strategies combine
+//! stores as the hardware's bandwidth runs must have (`--au-combining on|off` chooses).
 
 #![forbid(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use vmmc::pace;
 use vmmc::{AuOptions, Endpoint, ExportOptions, MemKind, Proxy, Region};
 use vmmc_benches::cacheline::cacheline_pingpong;
 use vmmc_benches::stats::{median, sizes};
@@ -58,17 +64,25 @@ struct Side {
 
 fn wait_word(r: &Region, off: usize, want: u32, ep: &Endpoint, peer: vmmc::ProcId) {
     let mut n = 0u32;
+    let mut spins = 0u32;
     while r.load_u32(off).expect("in bounds") != want {
         n = n.wrapping_add(1);
         if n.is_multiple_of(1 << 20) {
             ep.check_peer(peer).expect("peer died");
         }
-        std::hint::spin_loop();
+        pace::relax(&mut spins);
     }
 }
 
 /// Runs `iters` round trips of `size` bytes; returns the elapsed time.
-fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration {
+fn round_trips(
+    s: &mut Side,
+    st: Strategy,
+    size: usize,
+    iters: u32,
+    combining: bool,
+    mut each: Option<&mut Vec<f64>>,
+) -> Duration {
     let me = s.ep.rank();
     let peer = s.ep.proc_of(1 - me).expect("peer");
     let last = size - 4;
@@ -84,15 +98,19 @@ fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration 
                 .bind_region(
                     s.ep.alloc(size, MemKind::Private).expect("alloc"),
                     0,
-                    AuOptions::default(),
+                    AuOptions {
+                        combining,
+                        notify: false,
+                    },
                 )
                 .expect("bind"),
         ),
         _ => None,
     };
     let copy_out = matches!(st, Strategy::Du1 | Strategy::Au2);
-    let start = Instant::now();
+    let start = pace::now_ns();
     for _ in 0..iters {
+        let t0 = each.as_ref().map(|_| pace::now_ns());
         s.seq = s.seq.wrapping_add(1);
         let seq = s.seq;
         msg[last..].copy_from_slice(&seq.to_ne_bytes());
@@ -117,9 +135,12 @@ fn round_trips(s: &mut Side, st: Strategy, size: usize, iters: u32) -> Duration 
             }
             send(&msg);
         }
+        if let (Some(v), Some(t0)) = (each.as_deref_mut(), t0) {
+            v.push((pace::now_ns() - t0) as f64 / 2000.0);
+        }
     }
     std::hint::black_box(&sink);
-    start.elapsed()
+    Duration::from_nanos(pace::now_ns() - start)
 }
 
 fn main() -> Result<(), vmmc::Error> {
@@ -127,6 +148,7 @@ fn main() -> Result<(), vmmc::Error> {
     let mut max = BUF;
     let mut json = false;
     let mut only: Option<String> = None;
+    let mut combining: Option<bool> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -139,10 +161,41 @@ fn main() -> Result<(), vmmc::Error> {
             }
             "--json" => json = true,
             "--only" => only = args.next(),
+            "--au-combining" => {
+                combining = Some(match args.next().as_deref() {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => panic!("--au-combining on|off"),
+                })
+            }
             other => panic!("unknown argument {other}"),
         }
     }
-    let ep = vmmc_run::init()?;
+    let opts = Opts {
+        reps,
+        max,
+        json,
+        only,
+        combining,
+    };
+    vmmc_run::run(|ep| bench(ep, &opts))
+}
+
+struct Opts {
+    reps: usize,
+    max: usize,
+    json: bool,
+    only: Option<String>,
+    combining: Option<bool>,
+}
+
+fn bench(ep: Endpoint, o: &Opts) -> Result<(), vmmc::Error> {
+    let (max, json) = (o.max, o.json);
+    let only = o.only.clone();
+    // Virtual time is deterministic: one repetition of a few round trips says it all.
+    let sim = pace::is_paced();
+    let reps = if sim { 1 } else { o.reps };
+    let combining = o.combining.unwrap_or(sim);
     if ep.size() != 2 {
         eprintln!("pingpong needs exactly 2 ranks (vmmc-run -n 2 -- pingpong)");
         std::process::exit(2);
@@ -167,7 +220,7 @@ fn main() -> Result<(), vmmc::Error> {
         to_ctrl,
         seq: 0,
     };
-    if only.is_none() || only.as_deref() == Some("cache-line") {
+    if !sim && (only.is_none() || only.as_deref() == Some("cache-line")) {
         interleaved_cacheline(&mut side, reps, json);
     }
     let all: Vec<Strategy> = [
@@ -179,6 +232,7 @@ fn main() -> Result<(), vmmc::Error> {
     ]
     .into_iter()
     .filter(|st| only.as_deref().is_none_or(|o| o == st.name()))
+    .filter(|st| !(sim && *st == Strategy::DuSys))
     .collect();
     let sizes: Vec<usize> = sizes().into_iter().filter(|s| *s <= max.min(BUF)).collect();
     // Per size, the strategies take turns rep by rep, so a noisy period of the machine hits
@@ -187,14 +241,40 @@ fn main() -> Result<(), vmmc::Error> {
     for (si, &size) in sizes.iter().enumerate() {
         let mut iters = Vec::new();
         for &st in &all {
-            let warm = round_trips(&mut side, st, size, 200);
-            let per = warm.as_secs_f64() / 200.0;
-            let n = ((0.02 / per.max(1e-9)) as u32).clamp(20, 200_000);
+            let warm = round_trips(
+                &mut side,
+                st,
+                size,
+                if sim { 20 } else { 200 },
+                combining,
+                None,
+            );
+            let per = warm.as_secs_f64() / if sim { 20.0 } else { 200.0 };
+            let n = if sim {
+                31
+            } else {
+                ((0.02 / per.max(1e-9)) as u32).clamp(20, 200_000)
+            };
             iters.push(agree(&mut side, n));
+        }
+        if sim {
+            // Round trips one by one: the median drops the odd compute charge (a page
+            // fault, an interrupt of the host) that would otherwise weigh on a mean.
+            for (k, &st) in all.iter().enumerate() {
+                round_trips(
+                    &mut side,
+                    st,
+                    size,
+                    iters[k],
+                    combining,
+                    Some(&mut lat[k][si]),
+                );
+            }
+            continue;
         }
         for _ in 0..reps {
             for (k, &st) in all.iter().enumerate() {
-                let t = round_trips(&mut side, st, size, iters[k]);
+                let t = round_trips(&mut side, st, size, iters[k], combining, None);
                 lat[k][si].push(t.as_secs_f64() / (2.0 * iters[k] as f64) * 1e6);
             }
         }
@@ -240,7 +320,7 @@ fn interleaved_cacheline(s: &mut Side, reps: usize, json: bool) {
     let mut cl = Vec::new();
     let iters = agree(s, 100_000);
     for k in 0..reps as u32 {
-        let t = round_trips(s, Strategy::Du0, 4, iters);
+        let t = round_trips(s, Strategy::Du0, 4, iters, false, None);
         du.push(t.as_secs_f64() / (2.0 * iters as f64) * 1e6);
         let id = 1000 + k;
         if s.ep.rank() == 0 {
@@ -286,6 +366,7 @@ fn agree(s: &mut Side, iters: u32) -> u32 {
         iters
     } else {
         let mut n = 0u32;
+        let mut spins = 0u32;
         let v = loop {
             let v = s.ctrl.load_u32(off).expect("read");
             if v != 0 {
@@ -295,6 +376,7 @@ fn agree(s: &mut Side, iters: u32) -> u32 {
             if n.is_multiple_of(1 << 20) {
                 s.ep.check_peer(peer).expect("peer died");
             }
+            pace::relax(&mut spins);
         };
         s.ctrl.store_u32(off, 0).expect("reset");
         s.to_ctrl.send(off, &v.to_ne_bytes()).expect("send");

@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. A rank that dies
@@ -81,6 +81,29 @@ fn pump(
     })
 }
 
+/// The simulator runs every node as a thread of one process: start that one process.
+fn run_sim(args: &Args) -> Result<ExitCode, String> {
+    if args.n > vmmc_sim::MAX_NODES {
+        return Err(format!(
+            "the sim transport runs at most {} nodes",
+            vmmc_sim::MAX_NODES
+        ));
+    }
+    let status = Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env(vars::TRANSPORT, "sim")
+        .env(vars::RANK, "0")
+        .env(vars::SIZE, args.n.to_string())
+        .env(vars::JOB, std::process::id().to_string())
+        .status()
+        .map_err(|e| format!("cannot start {}: {e}", args.command[0]))?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
+        None => ExitCode::from(1),
+    })
+}
+
 fn run(args: Args) -> Result<ExitCode, String> {
     if args.n == 0 {
         return Err("-n must be at least 1".into());
@@ -91,6 +114,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             args.transport,
             vmmc_run::TRANSPORTS.join(", ")
         ));
+    }
+    if args.transport == "sim" {
+        return run_sim(&args);
     }
     let pids: Arc<Mutex<Ranks>> = Arc::new(Mutex::new(Ranks::default()));
     forward_signals(pids.clone());

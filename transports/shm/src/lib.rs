@@ -376,6 +376,7 @@ impl Transport for ShmTransport {
             redirection: true,
             async_send: false,
             max_write: 0,
+            au_packetizer: false,
         }
     }
 

@@ -1,0 +1,568 @@
+//! # vmmc-sim: the SHRIMP-II network interface, simulated in virtual time
+//!
+//! N nodes (1 to 64) run in one process, each a thread with its own virtual clock, each
+//! running the same Rust program through the launcher's entry point (`vmmc_run::run`, or
+//! [`Sim::run`] directly). The model follows seeds 001 §2 and §4 and 003 §3; every number
+//! comes from one parameter file, `params/shrimp.toml`, which gives each value's source.
+//!
+//! ```no_run
+//! use vmmc_sim::{Params, Sim};
+//! let sim = Sim::new(2, Params::default())?;
+//! let outcomes = sim.run(|ep| {
+//!     // every node runs this with its own endpoint
+//!     ep.rank()
+//! });
+//! println!("{:?}", sim.stats().total);
+//! # Ok::<(), vmmc::Error>(())
+//! ```
+//!
+//! ## Time
+//! Each node has a clock in virtual nanoseconds. A node computes freely between library
+//! calls; at each call the host CPU time the thread used since the previous call, less
+//! `cpu.compute_floor_ns`, times `cpu.compute_scale`, is added to its clock (the *compute
+//! charge*), and the call's modelled cost follows. A scheduler keeps the nodes in time
+//! order: only the node with the earliest clock runs, and packets are written into memory
+//! by their delivery events, in time order, while no node runs. A node that polls (through
+//! [`vmmc::Region::wait_u32`], the conformance suite's waits, or [`vmmc::pace::relax`]) waits
+//! for the next packet delivered to it and resumes at that packet's delivery time plus the
+//! cost of the successful poll; a blocking send advances the clock to the moment the data
+//! has left memory. [`vmmc::pace::now_ns`] reads the calling node's clock. The same program
+//! with the same inputs and parameters therefore gives the same communication times and
+//! statistics, up to the compute charges (set `cpu.compute_scale = 0` to remove them).
+//!
+//! **Compute time.** The default scale, 120, makes a current core stand for the 60 MHz
+//! Pentium: the Pentium retired about one instruction per cycle on integer code (60 to 100
+//! MIPS), a current server core about three per cycle at 3 GHz and more (about 10,000 MIPS).
+//! Time below `compute_floor_ns` per interval (the core's own bookkeeping around each call,
+//! already represented by the modelled per-call costs) is not charged.
+//!
+//! ## What is modelled
+//! - **Pages and tables.** Exports pin pages and enable them in the receiver's incoming page
+//!   table (IPT), with the interrupt bit set when the buffer has a handler; imports fill the
+//!   importer's outgoing page table (a proxy's pages point at the remote physical pages).
+//! - **Deliberate update.** Each send costs the user-level DMA initiation
+//!   (`costs.du_initiate_ns`), plus a system call under `switches.syscall_per_send`. The
+//!   engine splits a transfer at local and remote page boundaries (one initiation per
+//!   piece), reads each piece over EISA (`ni.du_dma_start_ns` + size at `bus.dma_mb_s`) into
+//!   the outgoing FIFO. With `ni.du_queue_depth` = k the CPU may initiate k pieces ahead of
+//!   the one in service; a blocking send returns when its last piece has left memory.
+//! - **Automatic update.** Every store through an automatic-update binding costs
+//!   `costs.au_store_*_ns` per word and is snooped (`ni.snoop_ns`). Without combining each
+//!   store is one packet. With combining (the binding asks for it and `switches.combining`),
+//!   consecutive stores append to one packet until a non-consecutive store, a page or
+//!   `ni.combine_subpage` boundary, or the timer (`ni.combine_timer_ns` after the last store).
+//!   `switches.au_memory` selects write-through (the measured extra delay
+//!   `costs.au_writethrough_delay_ns`) or uncached pages.
+//! - **Outgoing FIFO.** Packets queue in a FIFO of `ni.fifo_capacity` bytes draining at
+//!   `ni.fifo_drain_mb_s`. Above `ni.fifo_threshold` an automatic-update writer takes a
+//!   threshold interrupt and is de-scheduled until the FIFO drains to `ni.fifo_resume`; the
+//!   DMA engine just waits for room.
+//! - **Backplane.** A 2-D mesh (4 x 4 for 16 nodes), dimension-order wormhole routing,
+//!   `network.link_mb_s` per link and `network.hop_ns` per hop; a packet holds its whole path,
+//!   so packets of one sender to one receiver arrive in order; the network holds at most
+//!   `ni.network_buffer_ns` of data ahead of a receiver's DMA (back-pressure).
+//! - **Incoming DMA.** Per packet, `ni.nic_in_ns` + `ni.in_dma_start_ns` + size at
+//!   `bus.dma_mb_s`, after the IPT check: a packet for a page that is not enabled is not
+//!   written; the receive path freezes for an interrupt and the violation is counted and
+//!   reported ([`Sim::ipt_errors`]).
+//! - **Interrupts.** A notification needs the sender's bit (a `send_notify`, or a binding
+//!   with `notify`) and the receiver's IPT bit; it costs the receiver `costs.interrupt_ns`.
+//!   Under `switches.interrupt_every_message` every arriving message costs an interrupt.
+//!
+//! ## What is not modelled
+//! Caches beyond the fitted write-through delay; memory-bus contention between the CPU and
+//! the DMA engines (seed 001 §4.5.3); the daemons' Ethernet traffic (imports and exports cost
+//! a fixed time); contention inside the network beyond whole-path reservation in initiation
+//! order; the time a notification handler runs (handlers run on their own thread, and their
+//! library calls are charged to the node when they happen); deliberate-update data is read
+//! when the send is initiated rather than while the DMA runs. Threads a program starts itself
+//! are not part of the schedule: their library calls are ordered when they happen, so a
+//! program whose correctness depends on such threads is correct but not deterministic.
+
+#![deny(missing_docs)]
+
+mod machine;
+pub mod params;
+pub mod stats;
+
+pub use machine::IptError;
+pub use params::Params;
+pub use stats::{NodeStats, RunStats};
+
+use machine::{Caller, Machine};
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use vmmc::pace::Pacer;
+use vmmc::redirect::Redirected;
+use vmmc::{
+    AuOptions, BufId, Caps, Endpoint, Error, ExportSpec, ImportPoll, JobInfo, Notification, ProcId,
+    Region, RemoteBuffer, Result, Transport, WriteOpts,
+};
+
+/// Largest number of nodes.
+pub const MAX_NODES: usize = 64;
+
+/// A simulated SHRIMP machine.
+pub struct Sim {
+    m: Arc<Machine>,
+}
+
+/// How a node's program ended.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// It returned this.
+    Returned(T),
+    /// It died through [`vmmc::conformance::die`] (the [`vmmc::pace::Pacer::die`] path).
+    Died,
+    /// It panicked with this message.
+    Panicked(String),
+}
+
+/// The payload a dying node unwinds with.
+struct NodeDied;
+
+impl Sim {
+    /// A machine of `nodes` nodes.
+    pub fn new(nodes: usize, params: Params) -> Result<Sim> {
+        if nodes == 0 || nodes > MAX_NODES {
+            return Err(Error::Bootstrap(format!(
+                "the simulator runs 1 to {MAX_NODES} nodes, not {nodes}"
+            )));
+        }
+        Ok(Sim {
+            m: Arc::new(Machine::new(nodes, params)),
+        })
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.m.n
+    }
+
+    /// The parameters in force.
+    pub fn params(&self) -> &Params {
+        &self.m.p
+    }
+
+    /// Runs `f` on every node, each on its own thread with its own endpoint, and returns how
+    /// each ended, by rank.
+    pub fn run<T, F>(&self, f: F) -> Vec<Outcome<T>>
+    where
+        F: Fn(Endpoint) -> T + Sync,
+        T: Send,
+    {
+        let f = &f;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.m.n)
+                .map(|rank| {
+                    let m = self.m.clone();
+                    std::thread::Builder::new()
+                        .name(format!("sim-node-{rank}"))
+                        .spawn_scoped(s, move || run_node(m, rank, f))
+                        .expect("spawn a node thread")
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Outcome::Panicked("node thread".into()))
+                })
+                .collect()
+        })
+    }
+
+    /// The statistics so far.
+    pub fn stats(&self) -> RunStats {
+        let st = self.m.lock();
+        RunStats::from_nodes(st.nodes.iter().map(|n| n.stats.clone()).collect())
+    }
+
+    /// Packets the incoming page tables refused.
+    pub fn ipt_errors(&self) -> Vec<IptError> {
+        self.m.lock().ipt_errors.clone()
+    }
+}
+
+fn run_node<T, F>(m: Arc<Machine>, rank: usize, f: &F) -> Outcome<T>
+where
+    F: Fn(Endpoint) -> T + Sync,
+{
+    m.start_node(rank);
+    let pacer: Arc<dyn Pacer> = Arc::new(NodePacer {
+        m: m.clone(),
+        node: rank,
+    });
+    vmmc::pace::install(Some(pacer));
+    let t = Arc::new(SimTransport::new(m.clone(), rank));
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| Endpoint::new(t).map(f)));
+    let out = match r {
+        Ok(Ok(v)) => Outcome::Returned(v),
+        Ok(Err(e)) => Outcome::Panicked(format!("endpoint: {e}")),
+        Err(p) if p.is::<NodeDied>() => Outcome::Died,
+        Err(p) => Outcome::Panicked(
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into()),
+        ),
+    };
+    let died = !matches!(out, Outcome::Returned(_));
+    m.end_node(rank, died);
+    vmmc::pace::install(None);
+    out
+}
+
+struct NodePacer {
+    m: Arc<Machine>,
+    node: usize,
+}
+
+impl Pacer for NodePacer {
+    fn idle(&self) {
+        if let Ok((st, mut caller)) = self.m.enter(self.node) {
+            let st = self.m.wait_event(st, self.node, &mut caller);
+            self.m.leave(st, caller);
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        match self.m.enter(self.node) {
+            Ok((st, caller)) => {
+                let t = st.nodes[self.node].clock;
+                self.m.leave(st, caller);
+                t
+            }
+            Err(_) => self.m.lock().nodes[self.node].clock,
+        }
+    }
+
+    fn die(&self) -> ! {
+        self.m.kill(self.node);
+        std::panic::resume_unwind(Box::new(NodeDied))
+    }
+}
+
+/// Pending imports: the next id, and each request's (owner rank, buffer).
+type Requests = (u64, HashMap<u64, (usize, BufId)>);
+
+/// One node's transport.
+pub struct SimTransport {
+    m: Arc<Machine>,
+    node: usize,
+    job: JobInfo,
+    requests: Mutex<Requests>,
+}
+
+fn proc_of(rank: usize) -> ProcId {
+    ProcId {
+        node: rank as u32,
+        squid: 1,
+    }
+}
+
+impl SimTransport {
+    fn new(m: Arc<Machine>, node: usize) -> SimTransport {
+        let n = m.n;
+        SimTransport {
+            job: JobInfo {
+                rank: node,
+                size: n,
+                procs: (0..n).map(proc_of).collect(),
+                hosts: (0..n).map(|i| format!("shrimp{i}")).collect(),
+                parent: None,
+            },
+            m,
+            node,
+            requests: Mutex::new((1, HashMap::new())),
+        }
+    }
+
+    /// Runs `f` as a library call of this node.
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&Machine, &mut machine::State, Caller) -> Result<R>,
+    ) -> Result<R> {
+        let (mut st, caller) = self.m.enter(self.node)?;
+        let r = f(&self.m, &mut st, caller);
+        self.m.leave(st, caller);
+        r
+    }
+
+    /// Sends a raw packet to physical page `page` of `dest`, bypassing the outgoing page
+    /// table: for tests of the incoming page table's check.
+    #[doc(hidden)]
+    pub fn inject_for_test(&self, dest: usize, page: u64, data: &[u8]) -> Result<()> {
+        self.call(|m, st, _| {
+            m.inject(st, self.node, dest, page, data);
+            Ok(())
+        })
+    }
+
+    /// The first physical page of an exported buffer of this node (tests).
+    #[doc(hidden)]
+    pub fn first_page_for_test(&self, buf: BufId) -> Option<u64> {
+        self.m.first_page(&self.m.lock(), self.node, buf)
+    }
+}
+
+impl Transport for SimTransport {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            remote_read: false,
+            native_au: false,
+            redirection: true,
+            async_send: false,
+            max_write: 0,
+            au_packetizer: true,
+        }
+    }
+
+    fn job(&self) -> &JobInfo {
+        &self.job
+    }
+
+    fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
+        self.call(|m, st, caller| {
+            m.export(
+                st,
+                caller,
+                self.node,
+                spec.buf,
+                spec.region,
+                spec.importers,
+                spec.redirectable,
+                spec.has_handler,
+            )
+        })
+    }
+
+    fn unexport(&self, buf: BufId) -> Result<()> {
+        let (mut st, mut caller) = self.m.enter(self.node)?;
+        let r = match self.m.revoke(&mut st, self.node, buf) {
+            Ok(busy) => {
+                if busy {
+                    // Packets already on their way land before the pages are disabled.
+                    while self.m.in_flight(&st, self.node, buf) > 0 {
+                        st = self.m.wait_event(st, self.node, &mut caller);
+                    }
+                }
+                self.m.remove_export(&mut st, self.node, buf);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        self.m.leave(st, caller);
+        r
+    }
+
+    fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
+        let rank = self
+            .job
+            .rank_of(owner)
+            .ok_or_else(|| Error::PeerLost(owner.to_string()))?;
+        let mut g = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        let id = g.0;
+        g.0 += 1;
+        g.1.insert(id, (rank, buf));
+        Ok(id)
+    }
+
+    fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll> {
+        let (owner, buf) = *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .get(&request)
+            .ok_or(Error::InvalidArgument("unknown import request"))?;
+        let (mut st, mut caller) = self.m.enter(self.node)?;
+        let r = loop {
+            if !self.m.alive(&st, owner) && !st.nodes[owner].exports.contains_key(&buf) {
+                break Err(Error::PeerLost(proc_of(owner).to_string()));
+            }
+            if self.m.dead(&st, owner) {
+                break Err(Error::PeerLost(proc_of(owner).to_string()));
+            }
+            match st.nodes[owner].exports.get(&buf) {
+                Some(x) if !x.importers.allows(proc_of(self.node)) => {
+                    break Err(Error::PermissionDenied(buf))
+                }
+                Some(x) => {
+                    let remote = SimRemote {
+                        m: self.m.clone(),
+                        node: self.node,
+                        owner,
+                        buf,
+                        gen: x.gen,
+                        len: x.region.len(),
+                    };
+                    if caller == Caller::Main {
+                        st.nodes[self.node].clock += self.m.p.costs.import_ns;
+                    }
+                    break Ok(ImportPoll::Ready(Box::new(remote)));
+                }
+                None if !wait => break Ok(ImportPoll::Pending),
+                None => st = self.m.wait_event(st, self.node, &mut caller),
+            }
+        };
+        self.m.leave(st, caller);
+        if !matches!(r, Ok(ImportPoll::Pending)) {
+            self.requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+                .remove(&request);
+        }
+        r
+    }
+
+    fn progress(
+        &self,
+        sink: &mut dyn FnMut(Notification),
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        let mut st = self.m.lock();
+        if st.nodes[self.node].notes.is_empty() {
+            st = self
+                .m
+                .wait_notes(st, self.node, timeout.unwrap_or(Duration::from_millis(500)));
+        }
+        let notes: Vec<Notification> = st.nodes[self.node].notes.drain(..).collect();
+        drop(st);
+        let n = notes.len();
+        for x in notes {
+            sink(x);
+        }
+        Ok(n)
+    }
+
+    fn wake(&self) {
+        self.m.kick(self.node);
+    }
+
+    fn peer_alive(&self, p: ProcId) -> bool {
+        self.job
+            .rank_of(p)
+            .is_some_and(|r| self.m.alive(&self.m.lock(), r))
+    }
+
+    fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.call(|m, st, _| m.post_redir(st, self.node, buf, dest, dest_offset, buf_offset, len))
+    }
+
+    fn end_redir(&self, buf: BufId) -> Result<Redirected> {
+        let (mut st, mut caller) = self.m.enter(self.node)?;
+        let r = loop {
+            match self.m.end_redir(&mut st, self.node, buf) {
+                Ok(Ok(r)) => break Ok(r),
+                Err(e) => break Err(e),
+                Ok(Err(sender)) => {
+                    if self.m.dead(&st, sender) {
+                        self.m.abandon_redir(&mut st, self.node, buf);
+                        break Err(Error::PeerLost(
+                            "the sender died during a redirected message".into(),
+                        ));
+                    }
+                    st = self.m.wait_event(st, self.node, &mut caller);
+                }
+            }
+        };
+        self.m.leave(st, caller);
+        r
+    }
+
+    fn data_end(&self, buf: BufId) -> Result<Option<usize>> {
+        self.call(|m, st, _| m.data_end(st, self.node, buf))
+    }
+
+    fn clear_data_end(&self, buf: BufId) -> Result<()> {
+        self.call(|m, st, _| m.clear_data_end(st, self.node, buf))
+    }
+}
+
+/// The sender's side of a link: the importer's outgoing page table entries for one buffer.
+struct SimRemote {
+    m: Arc<Machine>,
+    node: usize,
+    owner: usize,
+    buf: BufId,
+    gen: u64,
+    len: usize,
+}
+
+impl SimRemote {
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&Machine, &mut machine::State, Caller) -> Result<R>,
+    ) -> Result<R> {
+        let (mut st, caller) = self.m.enter(self.node)?;
+        let r = f(&self.m, &mut st, caller);
+        self.m.leave(st, caller);
+        r
+    }
+}
+
+impl RemoteBuffer for SimRemote {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        self.call(|m, st, caller| {
+            m.write(
+                st,
+                caller,
+                self.node,
+                self.owner,
+                self.buf,
+                self.gen,
+                offset,
+                data,
+                opts.notify,
+            )
+        })
+    }
+
+    fn fence(&self) -> Result<()> {
+        self.call(|m, st, caller| {
+            m.check_link(st, self.owner, self.buf, self.gen)?;
+            if caller == Caller::Main {
+                let t = m.delivered_by(st, self.owner);
+                let nd = &mut st.nodes[self.node];
+                nd.clock = nd.clock.max(t);
+            }
+            Ok(())
+        })
+    }
+
+    fn au_store(&self, offset: usize, data: &[u8], opts: AuOptions) -> Result<()> {
+        self.call(|m, st, caller| {
+            m.au_store(
+                st, caller, self.node, self.owner, self.buf, self.gen, offset, data, opts,
+            )
+        })
+    }
+
+    fn au_flush(&self) -> Result<()> {
+        self.call(|m, st, _| {
+            m.au_flush(st, self.node);
+            Ok(())
+        })
+    }
+}
