@@ -197,4 +197,80 @@ fn main() {
         "\nwrote {0}/pingpong.json and {0}/pingpong.svg",
         out.display()
     );
+    sim_table(&out);
+}
+
+/// The ping-pong on the simulated SHRIMP (virtual time, deterministic: one run each) beside
+/// the papers' figures (seed 003 §3.4, seed 001 §4.2-4.3).
+fn sim_table(out: &std::path::Path) {
+    let run = |set: &str, args: &[&str]| -> Vec<Series> {
+        let o = Command::new(sibling("pingpong"))
+            .args(args)
+            .arg("--json")
+            .env("VMMC_TRANSPORT", "sim")
+            .env("VMMC_RANK", "0")
+            .env("VMMC_SIZE", "2")
+            .env("VMMC_SIM_SET", set)
+            .output()
+            .expect("run pingpong on sim");
+        assert!(o.status.success(), "pingpong on sim failed");
+        series_lines(&o.stdout)
+    };
+    let all = run("", &["--max-size", "65536"]);
+    let uncached = run(
+        "switches.au_memory=uncached",
+        &["--max-size", "4", "--only", "AU-1copy"],
+    );
+    let get = |v: &[Series], name: &str| -> Vec<(usize, f64, f64)> {
+        v.iter()
+            .find(|s| s.series == name)
+            .map(|s| {
+                s.points
+                    .iter()
+                    .map(|p| (p.size, p.latency_us, p.bandwidth_mbs))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (au, du, au_unc) = (
+        get(&all, "AU-1copy"),
+        get(&all, "DU-0copy"),
+        get(&uncached, "AU-1copy"),
+    );
+    let peak = |s: &[(usize, f64, f64)]| s.iter().map(|p| p.2).fold(0.0, f64::max);
+    let rows = [
+        (
+            "AU one-word latency, write-through (us)",
+            4.75,
+            au.first().map_or(0.0, |p| p.1),
+        ),
+        (
+            "AU one-word latency, uncached (us)",
+            3.7,
+            au_unc.first().map_or(0.0, |p| p.1),
+        ),
+        (
+            "DU one-word latency (us)",
+            7.6,
+            du.first().map_or(0.0, |p| p.1),
+        ),
+        ("DU-0copy peak bandwidth (MB/s)", 23.0, peak(&du)),
+        (
+            "AU-1copy peak bandwidth (MB/s, 'slightly below DU')",
+            f64::NAN,
+            peak(&au),
+        ),
+    ];
+    println!("\nsimulated SHRIMP (transport sim, virtual time) beside the papers");
+    println!("{:<54} {:>8} {:>8} {:>9}", "", "paper", "sim", "sim/paper");
+    let mut json = Vec::new();
+    for (what, paper, sim) in rows {
+        println!("{what:<54} {paper:>8.2} {sim:>8.2} {:>9.2}", sim / paper);
+        json.push(serde_json::json!({"what": what, "paper": paper, "sim": sim}));
+    }
+    let report = serde_json::json!({"vs_paper": json, "series": all, "au_uncached": uncached});
+    let path = out.join("sim.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json"))
+        .expect("write sim.json");
+    println!("wrote {}", path.display());
 }

@@ -113,7 +113,6 @@ pub(crate) struct Node {
     pub main: Main,
     pending_charge: Time,
     epoch: u64,
-    idle_backoff: Duration,
     pub exports: HashMap<BufId, Export>,
     ipt: HashMap<u64, IptEntry>,
     next_page: u64,
@@ -207,7 +206,6 @@ impl Machine {
                 main: Main::Ready,
                 pending_charge: 0,
                 epoch: 0,
-                idle_backoff: Duration::from_micros(50),
                 exports: HashMap::new(),
                 ipt: HashMap::new(),
                 next_page: 1,
@@ -482,6 +480,10 @@ impl Machine {
 
     fn wait_grant<'a>(&'a self, mut st: Guard<'a>, node: usize) -> Guard<'a> {
         let mut spins = 0;
+        // Grants come with a notification; the timeout is only the fallback for the lease
+        // and for pollers that nothing in virtual time can wake. It grows, so an idle node
+        // sleeps.
+        let mut backoff = Duration::from_micros(50);
         loop {
             if st.running == Some(Holder::Main(node)) || st.nodes[node].main == Main::Dead {
                 return st;
@@ -494,12 +496,12 @@ impl Machine {
                 st = self.lock();
                 continue;
             }
-            let backoff = st.nodes[node].idle_backoff;
             let (g, to) = self.main_cv[node]
                 .wait_timeout(st, backoff)
                 .unwrap_or_else(|e| e.into_inner());
             st = g;
             if to.timed_out() {
+                backoff = (backoff * 2).min(Duration::from_millis(5));
                 self.check_lease(&mut st);
                 if st.nodes[node].main == Main::Waiting && self.quiescent(&st) {
                     // Nothing in virtual time can wake this poller: let it look again (what
@@ -508,7 +510,6 @@ impl Machine {
                     let nd = &mut st.nodes[node];
                     nd.clock = nd.clock.max(now);
                     nd.main = Main::Ready;
-                    nd.idle_backoff = (nd.idle_backoff * 2).min(Duration::from_millis(5));
                     self.dispatch(&mut st);
                 }
             }
@@ -602,7 +603,6 @@ impl Machine {
         if nd.main == Main::Waiting {
             nd.main = Main::Ready;
             nd.clock = nd.clock.max(t) + poll;
-            nd.idle_backoff = Duration::from_micros(50);
         }
         self.ev_cv[node].notify_all();
     }
@@ -680,10 +680,11 @@ impl Machine {
             };
             if occupied + size > limit {
                 // Drain to the resume level (AU: after a threshold interrupt) or to room.
+                // (A packet larger than the FIFO streams through an empty one.)
                 let target = if au {
                     p.ni.fifo_resume
                 } else {
-                    p.ni.fifo_capacity - size
+                    p.ni.fifo_capacity.saturating_sub(size)
                 };
                 let mut left = occupied;
                 let mut t = t_in;
@@ -905,20 +906,14 @@ impl Machine {
         let msg = st.next_msg;
         st.next_msg += 1;
         st.nodes[node].stats.du_messages += 1;
-        // Split at local (source address) and remote (buffer offset) page boundaries.
-        let src_addr = data.as_ptr() as usize;
+        // Split at page boundaries. The model cannot know where a host buffer would sit in
+        // the modelled address space; it places sources at the page offset of their
+        // destination (as automatic update requires anyway), so local and remote page
+        // boundaries coincide, and times do not depend on where the host's allocator put
+        // the data.
         let mut pos = 0;
         while pos < data.len() {
-            let local_room = page - (src_addr + pos) % page;
-            let remote_room = page - (offset + pos) % page;
-            let mut len = local_room.min(remote_room).min(data.len() - pos);
-            // Word alignment: a piece ends on a word boundary of the buffer.
-            if !len.is_multiple_of(WORD_SIZE) && pos + len < data.len() {
-                len -= len % WORD_SIZE;
-                if len == 0 {
-                    len = WORD_SIZE.min(data.len() - pos);
-                }
-            }
+            let len = (page - (offset + pos) % page).min(data.len() - pos);
             let nd = &mut st.nodes[node];
             while nd.outstanding.front().is_some_and(|&t| t <= c) {
                 nd.outstanding.pop_front();

@@ -225,8 +225,8 @@ impl Params {
         if self.cpu.compute_scale < 0.0 || !self.cpu.compute_scale.is_finite() {
             return bad("cpu.compute_scale must be a non-negative number");
         }
-        if self.ni.fifo_capacity < self.bus.page_size + self.ni.packet_header {
-            return bad("ni.fifo_capacity must hold a page-sized packet");
+        if self.ni.fifo_capacity < 2 * (self.ni.packet_header + 4) {
+            return bad("ni.fifo_capacity must hold two one-word packets");
         }
         if !(self.ni.fifo_resume < self.ni.fifo_threshold
             && self.ni.fifo_threshold <= self.ni.fifo_capacity)
