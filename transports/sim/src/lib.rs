@@ -314,10 +314,7 @@ impl SimTransport {
         &self,
         f: impl FnOnce(&Machine, &mut machine::State, Caller) -> Result<R>,
     ) -> Result<R> {
-        let (mut st, caller) = self.m.enter(self.node)?;
-        let r = f(&self.m, &mut st, caller);
-        self.m.leave(st, caller);
-        r
+        self.m.call(self.node, f)
     }
 }
 
@@ -522,10 +519,7 @@ impl SimRemote {
         &self,
         f: impl FnOnce(&Machine, &mut machine::State, Caller) -> Result<R>,
     ) -> Result<R> {
-        let (mut st, caller) = self.m.enter(self.node)?;
-        let r = f(&self.m, &mut st, caller);
-        self.m.leave(st, caller);
-        r
+        self.m.call(self.node, f)
     }
 }
 

@@ -357,6 +357,18 @@ impl Machine {
         }
     }
 
+    /// Runs `f` as one library call of `node` ([`Machine::enter`] to [`Machine::leave`]).
+    pub fn call<R>(
+        &self,
+        node: usize,
+        f: impl FnOnce(&Machine, &mut State, Caller) -> Result<R>,
+    ) -> Result<R> {
+        let (mut st, caller) = self.enter(node)?;
+        let r = f(self, &mut st, caller);
+        self.leave(st, caller);
+        r
+    }
+
     /// Ends a library call.
     pub fn leave(&self, mut st: Guard<'_>, caller: Caller) {
         match caller {
