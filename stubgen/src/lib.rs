@@ -1,1 +1,104 @@
-//! Stub generators: an rpcgen-compatible front end for .x files.
+//! Stub generators for the `rpc` crate: an rpcgen-compatible front end for `.x` files (a SHRIMP
+//! RPC interface front end will share the rest), the interface description they produce
+//! ([`ast`]), and Rust code generation ([`codegen`]).
+//!
+//! The pipeline: the C preprocessor (as rpcgen runs it: `cpp -C -DRPC_HDR`) → [`rpcgen`]'s
+//! lexer and parser, which follow cpp's line markers so that every diagnostic names the
+//! original `file:line:column` and shows the offending line → [`ast::Spec`] → [`codegen`],
+//! which resolves constants, checks names and emits Rust tokens formatted by prettyplease.
+//! See [`codegen`] for what is generated (types, clients, server traits) and how names map.
+//!
+//! From a build script:
+//!
+//! ```no_run
+//! // build.rs
+//! stubgen::rpcgen_to_out_dir("proto/nfs_prot.x").unwrap();
+//! // lib.rs: mod nfs { include!(concat!(env!("OUT_DIR"), "/nfs_prot.rs")); }
+//! ```
+//!
+//! From the command line: `stubgen rpcgen FILE.x [-o OUT.rs] [-D NAME[=VALUE]] [-I DIR]
+//! [--cpp CPP] [--strict]`.
+//!
+//! Types named but not defined in the input (rpcgen passes them to C unchanged) are either
+//! system types the generator knows (`u_int`, `uint32_t`, `rpcprog_t`, `netobj`, `des_block`,
+//! `netbuf`, ...) or assumed to come from another `.x` file: the generated code then expects
+//! them in scope, and a warning says so ([`Rpcgen::strict`] makes it an error). Constants must
+//! resolve to numbers; besides `const` definitions, enum values and program/version/procedure
+//! names, numeric `%#define NAME value` pass-through lines count (rpcsvc's nlm_prot.x needs it).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod ast;
+pub mod codegen;
+pub mod error;
+pub mod rpcgen;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{Diagnostic, Error, Location, Result};
+pub use rpcgen::Rpcgen;
+
+impl Rpcgen {
+    /// Reads `path` (through the preprocessor) and returns the generated Rust source and the
+    /// warnings (with their source lines).
+    pub fn generate_file(&self, path: &Path) -> Result<codegen::Output> {
+        let parsed = self.parse_file_with_lines(path)?;
+        finish(parsed, &self.codegen_options())
+    }
+}
+
+fn finish(parsed: rpcgen::Parsed, options: &codegen::Options) -> Result<codegen::Output> {
+    let mut out = codegen::generate(&parsed.spec, options)
+        .map_err(|e| rpcgen::attach_source_line(e, &parsed.lines))?;
+    for w in &mut out.warnings {
+        let e = rpcgen::attach_source_line(Error::Source(Box::new(w.clone())), &parsed.lines);
+        if let Error::Source(d) = e {
+            *w = *d;
+        }
+    }
+    Ok(out)
+}
+
+/// Generates Rust source from the `.x` file at `path` with the default settings.
+pub fn rpcgen_file(path: impl AsRef<Path>) -> Result<String> {
+    Ok(Rpcgen::new().generate_file(path.as_ref())?.code)
+}
+
+/// Generates Rust from already-preprocessed `.x` text (`file` names it in diagnostics).
+pub fn rpcgen_source(
+    text: &str,
+    file: &str,
+    options: &codegen::Options,
+) -> Result<codegen::Output> {
+    finish(rpcgen::parse_with_lines(text, file)?, options)
+}
+
+/// For build scripts: generates `$OUT_DIR/<stem>.rs` from the `.x` file at `path`, tells Cargo
+/// to rerun when the file changes, passes warnings on as Cargo warnings, and returns the written
+/// path.
+pub fn rpcgen_to_out_dir(path: impl AsRef<Path>) -> Result<PathBuf> {
+    let out_dir = std::env::var_os("OUT_DIR").ok_or_else(|| Error::Io {
+        path: PathBuf::from("$OUT_DIR"),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "OUT_DIR is not set"),
+    })?;
+    let path = path.as_ref();
+    let (out, warnings) = rpcgen_to_dir(path, Path::new(&out_dir))?;
+    println!("cargo:rerun-if-changed={}", path.display());
+    for w in &warnings {
+        println!("cargo:warning={}", w.to_string().replace('\n', " "));
+    }
+    Ok(out)
+}
+
+/// Generates `<dir>/<stem>.rs` from the `.x` file at `path` with the default settings; returns
+/// the written path and the warnings.
+pub fn rpcgen_to_dir(path: &Path, dir: &Path) -> Result<(PathBuf, Vec<Diagnostic>)> {
+    let stem = path.file_stem().unwrap_or(path.as_os_str());
+    let out = dir.join(stem).with_extension("rs");
+    let generated = Rpcgen::new().generate_file(path)?;
+    std::fs::write(&out, generated.code).map_err(|source| Error::Io {
+        path: out.clone(),
+        source,
+    })?;
+    Ok((out, generated.warnings))
+}

@@ -1,0 +1,244 @@
+//! Per program version: constants, the client, the server trait and its dispatcher.
+
+use std::collections::{HashMap, HashSet};
+
+use proc_macro2::{Ident as RIdent, TokenStream};
+use quote::{format_ident, quote};
+
+use super::names::*;
+use super::Context;
+use crate::ast::*;
+use crate::error::{Error, Result};
+
+impl Context<'_> {
+    // ----- programs -----
+
+    pub(super) fn gen_program(&self, p: &ProgramDef) -> Result<TokenStream> {
+        let prog_num = self.number_u32(&p.number)?;
+        let mut out = TokenStream::new();
+        let pname = rust_ident(&p.name.name);
+        let attrs = allow_upper(&p.name.name);
+        let n = lit(u64::from(prog_num));
+        out.extend(quote! { #attrs pub const #pname: u32 = #n; });
+        let mut emitted: HashSet<&str> = HashSet::new();
+        for v in &p.versions {
+            let vers_num = self.number_u32(&v.number)?;
+            let vname = rust_ident(&v.name.name);
+            let attrs = allow_upper(&v.name.name);
+            let n = lit(u64::from(vers_num));
+            out.extend(quote! { #attrs pub const #vname: u32 = #n; });
+            for pr in &v.procs {
+                // Procedure names repeat across versions; the first definition wins, as the
+                // constants table does.
+                if self.consts.get(pr.name.name.as_str()).map(|(_, l)| *l) == Some(&pr.name.loc)
+                    && emitted.insert(&pr.name.name)
+                {
+                    let id = rust_ident(&pr.name.name);
+                    let n = lit(u64::from(self.number_u32(&pr.number)?));
+                    let attrs = allow_upper(&pr.name.name);
+                    out.extend(quote! { #attrs pub const #id: u32 = #n; });
+                }
+            }
+            out.extend(self.gen_version(p, prog_num, v, vers_num)?);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn gen_version(
+        &self,
+        p: &ProgramDef,
+        prog: u32,
+        v: &VersionDef,
+        vers: u32,
+    ) -> Result<TokenStream> {
+        let base = camel_case(&v.name.name);
+        let (prog_l, vers_l) = (lit(u64::from(prog)), lit(u64::from(vers)));
+        let client = format_ident!("{}Client", base);
+        let server = format_ident!("{}Server", base);
+        let service = format_ident!("{}Service", base);
+        let mut client_methods = Vec::new();
+        let mut server_methods = Vec::new();
+        let mut dispatch_arms = Vec::new();
+        let mut numbers: HashMap<u32, &Ident> = HashMap::new();
+        let mut method_names: HashSet<String> = HashSet::new();
+        for pr in &v.procs {
+            let num = self.number_u32(&pr.number)?;
+            if let Some(prev) = numbers.insert(num, &pr.name) {
+                return Err(Error::at(
+                    pr.number.loc().clone(),
+                    format!(
+                        "procedure number {num} of `{}` is already used by `{}` in version `{}`",
+                        pr.name.name, prev.name, v.name.name
+                    ),
+                ));
+            }
+            let mut mname = pr.name.name.to_lowercase();
+            if !method_names.insert(mname.clone()) {
+                return Err(Error::at(
+                    pr.name.loc.clone(),
+                    format!(
+                        "procedure `{}` repeats in version `{}`",
+                        pr.name.name, v.name.name
+                    ),
+                ));
+            }
+            if matches!(mname.as_str(), "new" | "into_inner") {
+                mname.push('_');
+            }
+            let method = rust_ident(&mname);
+            let result = self.rust_ty(&pr.result)?;
+            let ret = if pr.result == Ty::Void {
+                quote!()
+            } else {
+                quote!(-> #result)
+            };
+            let arg_names = arg_names(&pr.args);
+            let arg_ids: Vec<RIdent> = arg_names.iter().map(|n| rust_ident(n)).collect();
+            let arg_tys = pr
+                .args
+                .iter()
+                .map(|a| self.rust_ty(&a.ty))
+                .collect::<Result<Vec<_>>>()?;
+            let num_lit = lit(u64::from(num));
+            let doc = format!(" Procedure `{}` ({num}).", pr.name.name);
+            let call_args = match arg_ids.len() {
+                0 => quote!(&()),
+                1 => {
+                    let a = &arg_ids[0];
+                    quote!(#a)
+                }
+                _ => quote!(&(#(#arg_ids,)*)),
+            };
+            client_methods.push(quote! {
+                #[doc = #doc]
+                pub fn #method(&mut self, #(#arg_ids: &#arg_tys),*) -> ::core::result::Result<#result, ::rpc::Error> {
+                    ::rpc::client::Call::call(&mut self.inner, #prog_l, #vers_l, #num_lit, #call_args)
+                }
+            });
+            server_methods.push(quote! {
+                #[doc = #doc]
+                fn #method(&self, #(#arg_ids: #arg_tys),*) #ret;
+            });
+            let decode = match arg_ids.len() {
+                0 => quote!(),
+                1 => {
+                    let a = &arg_ids[0];
+                    let t = &arg_tys[0];
+                    quote! {
+                        let #a: #t = ::rpc::xdr::from_bytes(args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
+                    }
+                }
+                _ => quote! {
+                    let (#(#arg_ids,)*): (#(#arg_tys,)*) = ::rpc::xdr::from_bytes(args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
+                },
+            };
+            let encode = if pr.result == Ty::Void {
+                quote! { self.0.#method(#(#arg_ids),*); }
+            } else {
+                quote! {
+                    let result: #result = self.0.#method(#(#arg_ids),*);
+                    let bytes = ::rpc::xdr::to_bytes(&result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                    reply.extend_from_slice(&bytes);
+                }
+            };
+            dispatch_arms.push(quote! {
+                #num_lit => {
+                    #decode
+                    #encode
+                    ::core::result::Result::Ok(())
+                }
+            });
+        }
+        if !numbers.contains_key(&0) {
+            dispatch_arms.push(quote! {
+                0 => ::core::result::Result::Ok(())
+            });
+        }
+        let client_doc = format!(
+            " Client of program `{}` ({prog}) version `{}` ({vers}).",
+            p.name.name, v.name.name
+        );
+        let server_doc = format!(
+            " Server side of program `{}` ({prog}) version `{}` ({vers}): one method per procedure.",
+            p.name.name, v.name.name
+        );
+        let service_doc = format!(
+            " Dispatches calls of program `{}` version `{}` to a [`{server}`].",
+            p.name.name, v.name.name
+        );
+        let attrs = quote!(#[allow(non_snake_case, clippy::too_many_arguments)]);
+        let (prog, vers) = (lit(u64::from(prog)), lit(u64::from(vers)));
+        Ok(quote! {
+            #[doc = #client_doc]
+            pub struct #client<C: ::rpc::client::Call> {
+                /// The underlying RPC client.
+                pub inner: C,
+            }
+            #attrs
+            impl<C: ::rpc::client::Call> #client<C> {
+                /// The program number.
+                pub const PROGRAM: u32 = #prog;
+                /// The version number.
+                pub const VERSION: u32 = #vers;
+                /// Wraps an RPC client.
+                pub fn new(inner: C) -> Self {
+                    Self { inner }
+                }
+                /// Returns the underlying RPC client.
+                pub fn into_inner(self) -> C {
+                    self.inner
+                }
+                #(#client_methods)*
+            }
+            #[doc = #server_doc]
+            #attrs
+            pub trait #server: ::core::marker::Send + ::core::marker::Sync + 'static {
+                #(#server_methods)*
+            }
+            #[doc = #service_doc]
+            pub struct #service<S>(pub S);
+            #attrs
+            impl<S: #server> ::rpc::server::Service for #service<S> {
+                fn program(&self) -> u32 {
+                    #prog
+                }
+                fn version(&self) -> u32 {
+                    #vers
+                }
+                fn dispatch(&self, procedure: u32, args: &[u8], reply: &mut ::std::vec::Vec<u8>) -> ::core::result::Result<(), ::rpc::server::DispatchError> {
+                    let _ = (&args, &reply);
+                    match procedure {
+                        #(#dispatch_arms,)*
+                        _ => ::core::result::Result::Err(::rpc::server::DispatchError::ProcUnavail),
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Argument names: as written when given and distinct, else `arg` (one argument) or
+/// `arg1`, `arg2`, ... (rpcgen's convention).
+fn arg_names(args: &[Arg]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut used: HashSet<String> = HashSet::new();
+    for (i, a) in args.iter().enumerate() {
+        let fallback = if args.len() == 1 {
+            "arg".to_string()
+        } else {
+            format!("arg{}", i + 1)
+        };
+        let mut n = a.name.as_ref().map_or(fallback, |id| id.name.clone());
+        // `self`/`result`/`reply`/`procedure`/`args` are taken in the generated bodies.
+        while matches!(
+            n.as_str(),
+            "self" | "Self" | "result" | "reply" | "procedure" | "args" | "bytes"
+        ) || used.contains(&n)
+        {
+            n.push('_');
+        }
+        used.insert(n.clone());
+        names.push(n);
+    }
+    names
+}

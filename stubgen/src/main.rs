@@ -1,0 +1,85 @@
+//! The `stubgen` command: `stubgen rpcgen FILE.x [-o OUT.rs]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Stub generators for the rpc crate.
+#[derive(Parser)]
+#[command(name = "stubgen", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate Rust types, client stubs and server traits from an rpcgen `.x` file.
+    Rpcgen {
+        /// The `.x` file.
+        input: PathBuf,
+        /// Where to write the Rust source (standard output if absent).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Preprocessor definitions (`NAME` or `NAME=VALUE`), as for cpp.
+        #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+        define: Vec<String>,
+        /// Directories searched by `#include`.
+        #[arg(short = 'I', value_name = "DIR")]
+        include: Vec<PathBuf>,
+        /// The C preprocessor to run (rpcgen's -Y).
+        #[arg(long, value_name = "CPP")]
+        cpp: Option<String>,
+        /// Refuse types not defined in the input (instead of expecting them in scope).
+        #[arg(long)]
+        strict: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Rpcgen {
+            input,
+            output,
+            define,
+            include,
+            cpp,
+            strict,
+        } => {
+            let mut gen = stubgen::Rpcgen::new().strict(strict);
+            if let Some(cpp) = cpp {
+                gen = gen.cpp(cpp);
+            }
+            for d in define {
+                gen = gen.define(d);
+            }
+            for i in include {
+                gen = gen.include_dir(i);
+            }
+            let code = match gen.generate_file(&input) {
+                Ok(out) => {
+                    for w in &out.warnings {
+                        eprintln!("{}", w.to_string().replacen(": error: ", ": warning: ", 1));
+                    }
+                    out.code
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match output {
+                Some(out) => {
+                    if let Err(e) = std::fs::write(&out, code) {
+                        eprintln!("{}: {e}", out.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                None => print!("{code}"),
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! What the generator emits and refuses, checked on the generated text and the diagnostics.
+
+use stubgen::codegen::Options;
+
+fn gen(src: &str) -> String {
+    match stubgen::rpcgen_source(src, "t.x", &Options::default()) {
+        Ok(out) => out.code,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn gen_err(src: &str) -> String {
+    match stubgen::rpcgen_source(src, "t.x", &Options { strict: true }) {
+        Ok(out) => panic!("expected an error, got:\n{}", out.code),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The generated text with all whitespace removed, to match fragments regardless of layout.
+fn squash(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+fn assert_has(code: &str, fragment: &str) {
+    assert!(
+        squash(code).contains(&squash(fragment)),
+        "missing `{fragment}` in:\n{code}"
+    );
+}
+
+#[test]
+fn constants_resolve_through_other_constants_and_pick_a_type() {
+    let code = gen(
+        "const A = 0x10; const B = A; const NEG = -1; const OCT = 0170000;\n\
+                    const BIG = 0x100000000; const S = \"d4a0\";\n\
+                    typedef opaque buf[B]; typedef string name<>;",
+    );
+    assert_has(&code, "pub const A: u32 = 16;");
+    assert_has(&code, "pub const B: u32 = 16;");
+    assert_has(&code, "pub const NEG: i32 = -1;");
+    assert_has(&code, "pub const OCT: u32 = 61440;");
+    assert_has(&code, "pub const BIG: u64 = 4294967296;");
+    assert_has(&code, "pub const S: &str = \"d4a0\";");
+    assert_has(&code, "pub type buf = ::rpc::xdr::FixedOpaque<16>;");
+    assert_has(&code, "pub type name = ::rpc::xdr::XdrString<4294967295>;");
+}
+
+#[test]
+fn every_type_maps_as_the_contract_says() {
+    let code = gen("struct s { int a; unsigned b; unsigned int c; hyper d; unsigned hyper e;\n\
+                    float f; double g; bool h; quadruple q; opaque i[4]; opaque j<8>; opaque k<>;\n\
+                    string l<9>; int m[2]; int n<3>; int o<>; s *p; struct s *r; char ch; long lo;\n\
+                    unsigned char uc; };");
+    for field in [
+        "pub a: i32",
+        "pub b: u32",
+        "pub c: u32",
+        "pub d: i64",
+        "pub e: u64",
+        "pub f: f32",
+        "pub g: f64",
+        "pub h: bool",
+        "pub q: ::rpc::xdr::Quadruple",
+        "pub i: ::rpc::xdr::FixedOpaque<4>",
+        "pub j: ::rpc::xdr::Opaque<8>",
+        "pub k: ::rpc::xdr::Opaque<4294967295>",
+        "pub l: ::rpc::xdr::XdrString<9>",
+        "pub m: ::rpc::xdr::FixedArray<i32, 2>",
+        "pub n: ::rpc::xdr::VarArray<i32, 3>",
+        "pub o: ::rpc::xdr::VarArray<i32, 4294967295>",
+        "pub p: ::core::option::Option<::std::boxed::Box<s>>",
+        "pub r: ::core::option::Option<::std::boxed::Box<s>>",
+        "pub ch: i32",
+        "pub lo: i32",
+        "pub uc: u32",
+    ] {
+        assert_has(&code, field);
+    }
+    assert_has(&code, "#[serde(crate = \"rpc::serde\")]");
+}
+
+#[test]
+fn enums_have_explicit_discriminants_and_aliases_for_repeated_values() {
+    let code = gen("enum e { A = -2, B, C = 7, D = C, E };");
+    assert_has(&code, "#[repr(i32)]");
+    assert_has(&code, "A = -2, B = -1, C = 7, E = 8,");
+    assert_has(&code, "pub const D: Self = Self::C;");
+    assert_has(&code, "serializer.serialize_i32(*self as i32)");
+    assert_has(&code, "-2i32 => ::core::result::Result::Ok(Self::A)");
+}
+
+#[test]
+fn unions_get_a_variant_per_case_and_a_default_variant() {
+    let code = gen("enum c { R = 1, G = 2, B = 3 };\n\
+                    union u switch (c d) { case R: int x; case G: case B: string s<>; default: void; };\n\
+                    union v switch (bool present) { case TRUE: int x; case FALSE: void; };\n\
+                    union w switch (int k) { case -1: void; case 0x10: hyper h; default: opaque raw<>; };");
+    assert_has(&code, "pub enum u { R(i32), G(::rpc::xdr::XdrString<4294967295>), B(::rpc::xdr::XdrString<4294967295>), Default(c), }");
+    assert_has(&code, "pub enum v { TRUE(i32), FALSE, }");
+    assert_has(
+        &code,
+        "pub enum w { CaseNeg1, Case16(i64), Default(i32, ::rpc::xdr::Opaque<4294967295>), }",
+    );
+    assert_has(&code, "t.serialize_element(&c::G)?;");
+    assert_has(&code, "true => {");
+    assert_has(&code, "-1i32 => ::core::result::Result::Ok(w::CaseNeg1)");
+    assert_has(&code, "serializer.serialize_tuple(1)?");
+    assert_has(&code, "deserializer.deserialize_tuple(2, __Visitor)");
+    // No default arm: an unknown discriminant is an error.
+    let code = gen("union x switch (unsigned k) { case 1: int a; };");
+    assert_has(
+        &code,
+        "::core::result::Result::Err(<A::Error as ::rpc::serde::de::Error>::custom(",
+    );
+}
+
+#[test]
+fn programs_give_clients_server_traits_and_services() {
+    let code = gen("struct pair { int a; int b; };\n\
+                    program CALC { version CALC_V2 { int ADD(pair) = 1; hyper MUL3(int x, int, hyper) = 2;\n\
+                    void RESET(void) = 3; string NAME(void) = 4; } = 2; } = 0x20000101;");
+    assert_has(&code, "pub const CALC: u32 = 536871169;");
+    assert_has(&code, "pub const CALC_V2: u32 = 2;");
+    assert_has(&code, "pub const MUL3: u32 = 2;");
+    assert_has(&code, "pub struct CalcV2Client<C: ::rpc::client::Call>");
+    assert_has(
+        &code,
+        "pub fn add(&mut self, arg: &pair) -> ::core::result::Result<i32, ::rpc::Error> {\n\
+                       ::rpc::client::Call::call(&mut self.inner, 536871169, 2, 1, arg)",
+    );
+    assert_has(
+        &code,
+        "pub fn mul3(&mut self, x: &i32, arg2: &i32, arg3: &i64,)",
+    );
+    assert_has(
+        &code,
+        "::rpc::client::Call::call(&mut self.inner, 536871169, 2, 2, &(x, arg2, arg3))",
+    );
+    assert_has(
+        &code,
+        "::rpc::client::Call::call(&mut self.inner, 536871169, 2, 3, &())",
+    );
+    assert_has(
+        &code,
+        "pub trait CalcV2Server: ::core::marker::Send + ::core::marker::Sync + 'static",
+    );
+    assert_has(
+        &code,
+        "fn mul3(&self, x: i32, arg2: i32, arg3: i64) -> i64;",
+    );
+    assert_has(&code, "fn reset(&self);");
+    assert_has(
+        &code,
+        "impl<S: CalcV2Server> ::rpc::server::Service for CalcV2Service<S>",
+    );
+    assert_has(
+        &code,
+        "let (x, arg2, arg3): (i32, i32, i64) = ::rpc::xdr::from_bytes(args)",
+    );
+    // Procedure 0 is not declared: answered with void.
+    assert_has(&code, "0 => ::core::result::Result::Ok(())");
+    assert_has(
+        &code,
+        "_ => ::core::result::Result::Err(::rpc::server::DispatchError::ProcUnavail)",
+    );
+}
+
+#[test]
+fn procedure_numbers_may_name_constants_and_repeat_across_versions() {
+    let code = gen(
+        "program P { version V1 { void A(void) = 1; void B(void) = 2; } = 1;\n\
+                    version V2 { void A(void) = 1; void C(void) = B; } = 2; } = 0x20000001;",
+    );
+    assert_eq!(squash(&code).matches("pubconstA:u32=1;").count(), 1);
+    assert_has(
+        &code,
+        "pub fn c(&mut self) -> ::core::result::Result<(), ::rpc::Error> {\n\
+                       ::rpc::client::Call::call(&mut self.inner, 536870913, 2, 2, &())",
+    );
+}
+
+#[test]
+fn recursion_through_pointers_and_variable_arrays_is_fine() {
+    let code = gen(
+        "struct tree { int v; tree *left; tree kids<>; struct tree *right; };\n\
+                    typedef struct tree tree;",
+    );
+    assert_has(&code, "pub kids: ::rpc::xdr::VarArray<tree, 4294967295>");
+}
+
+#[test]
+fn rust_keywords_and_reserved_names_are_escaped() {
+    let code = gen("struct u32 { int type; int self; }; typedef u32 rpc;\n\
+                    program P { version V { int MATCH(int) = 1; } = 1; } = 0x20000001;");
+    assert_has(
+        &code,
+        "pub struct u32_ { pub r#type: i32, pub self_: i32, }",
+    );
+    assert_has(&code, "pub type rpc_ = u32_;");
+    assert_has(&code, "pub fn r#match(&mut self, arg: &i32)");
+}
+
+#[test]
+fn pass_through_defines_resolve_names() {
+    let code = gen(
+        "%#define LM_MAXSTRLEN 1024\n%#define MAXNAMELEN LM_MAXSTRLEN+1\n\
+                    struct s { string n<MAXNAMELEN>; };",
+    );
+    assert_has(&code, "pub n: ::rpc::xdr::XdrString<1025>");
+    assert!(
+        !code.contains("LM_MAXSTRLEN"),
+        "pass-through constants are not emitted"
+    );
+}
+
+#[test]
+fn unknown_types_are_warnings_by_default_and_errors_when_strict() {
+    let out = stubgen::rpcgen_source("struct s { other o; };", "t.x", &Options::default()).unwrap();
+    assert_eq!(out.warnings.len(), 1);
+    assert_eq!(out.warnings[0].location.to_string(), "t.x:1:12");
+    assert_has(&out.code, "pub o: other");
+    let e = gen_err("struct s {\n  other o;\n};");
+    assert!(e.starts_with("t.x:2:3: error: unknown type `other`"), "{e}");
+}
+
+#[test]
+fn errors_name_the_position_and_show_the_line() {
+    for (src, want) in [
+        ("const A = B;", "t.x:1:11: error: unknown constant `B`"),
+        (
+            "const A = A;",
+            "t.x:1:11: error: constant `A` is defined in terms of itself",
+        ),
+        (
+            "struct s {\n\tint a;\n\tint a;\n};",
+            "t.x:3:6: error: field `a` is already declared at t.x:2:6",
+        ),
+        (
+            "typedef opaque o[-1];",
+            "t.x:1:18: error: size -1 is out of range",
+        ),
+        (
+            "enum e { A = 1 }; union u switch (e d) { case 2: int x; };",
+            "t.x:1:47: error: case value 2 is not a valid value of enum `e`",
+        ),
+        (
+            "union u switch (int d) { case 1: int x; case 1: void; };",
+            "t.x:1:46: error: case value 1 is already used at t.x:1:31",
+        ),
+        (
+            "union u switch (hyper d) { case 1: int x; };",
+            "t.x:1:23: error: a union discriminant must be",
+        ),
+        (
+            "program P { version V { int F(int) = 1; int G(int) = 1; } = 1; } = 1;",
+            "t.x:1:54: error: procedure number 1 of `G` is already used by `F`",
+        ),
+        (
+            "struct a { int x; }; struct a { int y; };",
+            "t.x:1:29: error: type `a` is already defined at t.x:1:8",
+        ),
+        (
+            "# 1 \"orig.x\"\n\nstruct s { int x }",
+            "orig.x:2:18: error: expected `;`, found `}`",
+        ),
+        (
+            "const X = 99999999999999999999999;",
+            "t.x:1:11: error: invalid number",
+        ),
+        (
+            "struct s { int @; };",
+            "t.x:1:16: error: unexpected character `@`",
+        ),
+    ] {
+        let e = gen_err(src);
+        assert!(e.starts_with(want), "{src:?}:\n got: {e}\nwant: {want}");
+        assert!(e.contains('^'), "the offending line is shown: {e}");
+    }
+}
