@@ -17,5 +17,6 @@ rm -f "$log"
 # The benchmark must keep running: a short sweep (the real run is in the README).
 cargo build --release --workspace --all-features
 target/release/bench-pingpong --reps 1 --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
+target/release/bench-nx --reps 1 --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"

@@ -21,7 +21,15 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Message sizes of the sweep: 4 B, 8 B, 16 B, ... doubling up to 1 MiB (1048576 B).
 pub fn sizes() -> Vec<usize> {
-    (2..=20).map(|p| 1usize << p).collect()
+    sizes_up_to(1 << 20)
+}
+
+/// Message sizes doubling from 4 B up to `max` bytes (included when a power of two).
+pub fn sizes_up_to(max: usize) -> Vec<usize> {
+    (2..usize::BITS - 1)
+        .map(|p| 1usize << p)
+        .take_while(|&s| s <= max)
+        .collect()
 }
 
 /// One measured message size: the median one-way latency over the repetitions and the

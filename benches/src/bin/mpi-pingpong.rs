@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 use std::time::Instant;
-use vmmc_benches::stats::{sizes, Sample, Series};
+use vmmc_benches::stats::{sizes_up_to, Sample, Series};
 
 /// The few MPI calls used, behind safe functions. Every call is blocking and made from the
 /// main thread only, between [`mpi::init`] and [`mpi::finalize`].
@@ -187,10 +187,7 @@ fn main() -> ExitCode {
         mpi::finalize();
         return ExitCode::from(2);
     }
-    let sizes: Vec<usize> = sizes()
-        .into_iter()
-        .filter(|&s| s <= args.max_size)
-        .collect();
+    let sizes = sizes_up_to(args.max_size);
     let mut buf = vec![0x5Au8; sizes.last().copied().unwrap_or(0)];
     let mut series = Series::new("mpi");
     for size in sizes {

@@ -1,0 +1,110 @@
+//! NX ping-pong between two processes under the launcher: `csend`/`crecv` round trips of
+//! 4 B to 16 MiB (doubling) with the small-message path and threshold of the environment (`NX_SMALL`,
+//! `NX_THRESHOLD`). Prints one JSON line per run:
+//! `{"series":"NX-du","points":[{"size":4,"latency_us":..,"bandwidth_mbs":..},...]}`.
+//!
+//! `vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES]`
+
+#![forbid(unsafe_code)]
+
+use nx::Nx;
+use std::process::ExitCode;
+use vmmc_benches::stats::{sizes_up_to, Sample, Series};
+
+/// Seconds per repetition aimed at.
+const TARGET_SECS: f64 = 0.05;
+
+fn round_trips(nx: &Nx, buf: &mut [u8], iters: u64) -> f64 {
+    let me = nx.mynode();
+    let peer = 1 - me;
+    let t0 = nx.dclock();
+    for _ in 0..iters {
+        if me == 0 {
+            nx.csend(1, buf, peer, 0).expect("csend");
+            nx.crecv(1, buf).expect("crecv");
+        } else {
+            nx.crecv(1, buf).expect("crecv");
+            nx.csend(1, buf, peer, 0).expect("csend");
+        }
+    }
+    nx.dclock() - t0
+}
+
+/// Round trips per repetition, the same on both nodes (node 0 decides, gdhigh agrees).
+fn calibrate(nx: &Nx, buf: &mut [u8]) -> u64 {
+    let mut n = 4u64;
+    loop {
+        let t = round_trips(nx, buf, n);
+        let mut v = [t];
+        nx.gdhigh(&mut v).expect("gdhigh");
+        if v[0] >= 0.005 || n >= 1 << 22 {
+            let mut iters = [((TARGET_SECS / v[0] * n as f64) as i64).max(1)];
+            nx.gihigh(&mut iters).expect("gihigh");
+            return iters[0] as u64;
+        }
+        n *= 2;
+    }
+}
+
+fn main() -> ExitCode {
+    let mut reps = 5usize;
+    let mut max = 16usize << 20;
+    let mut name = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--reps" => reps = args.next().and_then(|v| v.parse().ok()).unwrap_or(5).max(1),
+            "--max-size" => max = args.next().and_then(|v| v.parse().ok()).unwrap_or(max),
+            "--name" => name = args.next(),
+            other => {
+                eprintln!("usage: vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES] ({other}?)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("nx-pingpong: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let nx = match Nx::new(ep) {
+        Ok(nx) => nx,
+        Err(e) => {
+            eprintln!("nx-pingpong: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if nx.numnodes() != 2 {
+        eprintln!("nx-pingpong needs exactly 2 nodes");
+        return ExitCode::from(2);
+    }
+    let name = name.unwrap_or_else(|| {
+        format!(
+            "NX-{}",
+            std::env::var("NX_SMALL").unwrap_or_else(|_| "du".into())
+        )
+    });
+    // 4 B, 8 B, ... doubling to 16 MiB: the sizes of mpi-pingpong and beyond.
+    let sizes = sizes_up_to(max);
+    let mut buf = vec![0x5Au8; sizes.last().copied().unwrap_or(4)];
+    let mut series = Series::new(name);
+    for size in sizes {
+        let msg = &mut buf[..size];
+        round_trips(&nx, msg, 20);
+        let iters = calibrate(&nx, msg);
+        let secs: Vec<f64> = (0..reps).map(|_| round_trips(&nx, msg, iters)).collect();
+        series
+            .points
+            .push(Sample::from_round_trip_secs(size, iters, &secs));
+    }
+    nx.gsync().expect("gsync");
+    if nx.mynode() == 0 {
+        println!(
+            "{}",
+            serde_json::to_string(&series).expect("a series serialises")
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,219 @@
+//! C programs that use only nx.h, compiled against libnx.so and run as jobs of 2-4 processes
+//! under the launcher.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A job's time limit.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Builds libnx.so and the launcher in this test's profile, once per test process.
+fn build() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["build", "-p", "nx-capi", "-p", "vmmc-run"])
+            .current_dir(crate_dir());
+        let dir = target_dir();
+        match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(profile) => {
+                cmd.args(["--profile", profile]);
+            }
+            None => panic!("cannot tell the profile from {}", dir.display()),
+        }
+        let st = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
+        assert!(st.success(), "cargo build of nx-capi and vmmc-run failed");
+    });
+    let so = target_dir().join("libnx.so");
+    assert!(so.exists(), "{} missing after the build", so.display());
+}
+
+/// Compiles `tests/c/<name>.c` with `cc -lnx` into a scratch directory.
+fn compile(name: &str) -> PathBuf {
+    build();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let dir = std::env::temp_dir().join(format!("nx-capi-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let exe = dir.join(name);
+    let target = target_dir();
+    let o = Command::new(&cc)
+        .args(["-std=gnu99", "-O1", "-Wall", "-Werror"])
+        .arg(format!("-I{}", crate_dir().join("include").display()))
+        .arg(crate_dir().join(format!("tests/c/{name}.c")))
+        .arg(format!("-L{}", target.display()))
+        .arg("-lnx")
+        .arg(format!("-Wl,-rpath,{}", target.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("no C compiler `{cc}` (install one or set CC): {e}"));
+    assert!(
+        o.status.success(),
+        "compiling tests/c/{name}.c failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+struct Job {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `exe` as a job of `n` under the launcher, with `env`.
+fn run(exe: &Path, n: usize, env: &[(&str, &str)]) -> Job {
+    let launcher = target_dir().join("vmmc-run");
+    let mut cmd = Command::new(&launcher);
+    cmd.args(["-n", &n.to_string(), "--"]).arg(exe);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", launcher.display()));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for vmmc-run") {
+            break Some(st);
+        }
+        if t0.elapsed() > LIMIT {
+            // SIGTERM: the launcher passes it on to the ranks (SIGKILL would orphan them).
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t0.elapsed();
+    let (stdout, stderr) = (out_t.join().unwrap(), err_t.join().unwrap());
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "{} did not finish in {LIMIT:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            exe.display()
+        )
+    });
+    Job {
+        ok: status.success(),
+        stdout,
+        stderr,
+        took,
+    }
+}
+
+/// Compiles and runs `name` with `n` ranks; every rank must print "`name` node R: ok".
+fn run_ok(name: &str, n: usize, env: &[(&str, &str)]) {
+    let exe = compile(name);
+    let j = run(&exe, n, env);
+    let report = format!("--- stdout\n{}\n--- stderr\n{}", j.stdout, j.stderr);
+    assert!(j.ok, "{name} with {n} ranks {env:?} failed\n{report}");
+    for r in 0..n {
+        assert!(
+            j.stdout.contains(&format!("{name} node {r}: ok")),
+            "{name}: node {r} did not report success\n{report}"
+        );
+    }
+    eprintln!("{name} x{n} {env:?}: {:?}", j.took);
+}
+
+#[test]
+fn c_ring_du_au_du2() {
+    run_ok("ring", 4, &[("NX_SMALL", "du")]);
+    run_ok("ring", 3, &[("NX_SMALL", "au")]);
+    run_ok("ring", 2, &[("NX_SMALL", "du2"), ("NX_THRESHOLD", "1000")]);
+}
+
+#[test]
+fn c_typesel_out_of_order() {
+    run_ok("typesel", 3, &[("NX_SLOTS", "4")]);
+}
+
+#[test]
+fn c_probes_and_info() {
+    run_ok("probe", 3, &[]);
+}
+
+#[test]
+fn c_sixteen_mib() {
+    run_ok("big", 2, &[]);
+}
+
+#[test]
+fn c_isend_irecv_msgwait_msgdone() {
+    run_ok("async", 2, &[]);
+    run_ok("async", 2, &[("NX_SMALL", "au")]);
+}
+
+#[test]
+fn c_global_operations() {
+    run_ok("gops", 3, &[]);
+    run_ok("gops", 4, &[("NX_SMALL", "au")]);
+}
+
+#[test]
+fn c_handler_receives() {
+    run_ok("handler", 2, &[]);
+}
+
+#[test]
+fn c_stress_100000_messages() {
+    run_ok("stress", 3, &[("NX_SLOTS", "8")]);
+}
+
+#[test]
+fn c_dead_receiver_fails_senders() {
+    let exe = compile("dead");
+    let j = run(&exe, 3, &[]);
+    let report = format!("--- stdout\n{}\n--- stderr\n{}", j.stdout, j.stderr);
+    assert!(!j.ok, "a job with a killed rank must fail\n{report}");
+    assert!(
+        j.stderr.contains("NX error in csend") && j.stderr.contains("gone"),
+        "node 0's csend did not report the dead receiver\n{report}"
+    );
+    assert!(
+        !j.stdout.contains("sent everything"),
+        "node 0 sent to a dead node without error\n{report}"
+    );
+    assert!(j.stdout.contains("dead node 2: ok"), "node 2\n{report}");
+    assert!(!j.stderr.contains("panicked"), "a panic\n{report}");
+}
