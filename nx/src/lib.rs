@@ -217,18 +217,13 @@ impl Nx {
     pub fn csend(&self, mtype: i64, buf: &[u8], node: i64, ptype: i64) -> Result<()> {
         check_type(mtype)?;
         check_ptype(ptype)?;
-        for p in self.dests(node)? {
+        if node != -1 {
+            return self.send_blocking(self.check_node(node)?, false, mtype, buf);
+        }
+        for p in (0..self.core.n).filter(|&p| p != self.core.me) {
             self.send_blocking(p, false, mtype, buf)?;
         }
         Ok(())
-    }
-
-    fn dests(&self, node: i64) -> Result<Vec<usize>> {
-        if node == -1 {
-            Ok((0..self.core.n).filter(|&p| p != self.core.me).collect())
-        } else {
-            Ok(vec![self.check_node(node)?])
-        }
     }
 
     fn send_blocking(&self, p: usize, internal: bool, mtype: i64, buf: &[u8]) -> Result<()> {
