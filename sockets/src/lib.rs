@@ -16,9 +16,9 @@
 //!
 //! Two unrelated processes (started separately, no common `vmmc-run` job) must be able to
 //! connect, so a connection does not go through an endpoint's export/import and its job's
-//! trusted party: each side allocates its ring as a shared [`vmmc::Region`] and the peer maps
-//! it with [`vmmc::Region::map_shared_fd`], opening the owner's descriptor through
-//! `/proc/PID/fd/N` (same user, announced on the setup socket). See [`ring`].
+//! trusted party: each side allocates its ring as a shared [`vmmc::Region`] backed by a file
+//! in [`SHM_DIR`], and the peer maps it with [`vmmc::Region::map_shared_fd`] (see [`Offer`]
+//! and [`ring`]).
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -36,7 +36,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod error;
 pub mod ring;
@@ -44,8 +44,11 @@ mod stats;
 mod stream;
 
 pub use error::Error;
+pub use ring::{Conn, RecvFlags};
 pub use stats::{stats, Stats};
-pub use stream::{Options, VmmcListener, VmmcStream};
+pub use stream::{
+    shm_dir, Offer, Options, RingFile, VmmcListener, VmmcStream, HELLO_LEN, MAGIC, SHM_DIR,
+};
 
 /// The send protocol of a connection (seed 003 §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -17,18 +17,24 @@
 //! | 12 | `CLOSED` | Y closed its end: X's writes fail with `EPIPE` |
 //! | 16 | `WAITS_DATA` | Y sleeps until X writes data |
 //! | 20 | `WAITS_SPACE` | Y sleeps until X consumes data |
+//! | 32 | `REFS` | (X's own) processes of X holding this end: a fork shares it |
 //!
 //! The data is written before its `TAIL` (release), so a reader that sees the tail (acquire)
 //! sees the data: the "flag after the data" guarantee of DESIGN.md. A side that finds nothing
 //! to do spins briefly, then sets its `WAITS_*` word in the peer's ring and sleeps on the setup
 //! socket; the peer, after changing what the sleeper waits for, sends one byte there. The
-//! setup socket's end of file is how a dead peer is noticed.
+//! setup socket's end of file is how a dead peer is noticed. Sleeping is a `poll` on the
+//! setup socket, not a blocking read, so it works whatever the descriptor's `O_NONBLOCK` flag
+//! (which the preload library shares with the application) says, and every sleeper of the
+//! connection sees a wake-up byte before any of them drains it.
 
 use crate::stats::{add, COUNTERS};
 use crate::Variant;
-use std::io::{self, Read};
+use std::io::{self, Write};
+use std::mem::MaybeUninit;
 use std::net::TcpStream;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use vmmc::Region;
@@ -41,6 +47,7 @@ const FIN: usize = 8;
 const CLOSED: usize = 12;
 const WAITS_DATA: usize = 16;
 const WAITS_SPACE: usize = 20;
+const REFS: usize = 32;
 
 /// Default data capacity of a ring: 1 MiB, enough to keep a 64 KB writer streaming.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
@@ -48,9 +55,20 @@ pub const DEFAULT_CAPACITY: usize = 1 << 20;
 /// How long a reader or writer spins before it sleeps: a little more than a blocking wake-up
 /// costs on this machine (DESIGN.md: 25-30 µs), so ping-pong stays on the fast path.
 const SPIN: Duration = Duration::from_micros(60);
-/// Longest single sleep: bounds the cost of a wake-up lost to another thread of this process
-/// that consumed the token.
-const MAX_SLEEP: Duration = Duration::from_millis(5);
+/// Longest single sleep: bounds the cost of a wake-up drained by another thread of this
+/// process before this one started to sleep (a sleeping program wakes 50 times a second).
+pub const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// How a receive behaves (the `MSG_*` flags the preload library passes on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvFlags {
+    /// `MSG_PEEK`: copy out without consuming.
+    pub peek: bool,
+    /// `MSG_DONTWAIT`: never wait, whatever the connection's mode.
+    pub dontwait: bool,
+    /// `MSG_WAITALL`: wait until the buffer is full (or end of file, or an error).
+    pub waitall: bool,
+}
 
 struct Tx {
     tail: u32,
@@ -73,6 +91,24 @@ pub struct Conn {
     nonblocking: AtomicBool,
     read_timeout: Mutex<Option<Duration>>,
     write_timeout: Mutex<Option<Duration>>,
+    /// Sleepers of this process per `WAITS_*` word (data, space): the word in the peer's
+    /// ring is set while any of them sleeps.
+    sleepers: Mutex<[u32; 2]>,
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// Waits up to `timeout` for `fd` to be readable (or hung up).
+#[allow(unsafe_code)]
+fn poll_in(fd: RawFd, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 fn word(r: &Region, off: usize) -> u32 {
@@ -98,6 +134,7 @@ impl Conn {
         setup: TcpStream,
     ) -> Conn {
         add(&COUNTERS.connections, 1);
+        store(&incoming, REFS, 1);
         Conn {
             incoming,
             outgoing,
@@ -120,7 +157,105 @@ impl Conn {
             nonblocking: AtomicBool::new(false),
             read_timeout: Mutex::new(None),
             write_timeout: Mutex::new(None),
+            sleepers: Mutex::new([0; 2]),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
         }
+    }
+
+    /// The setup socket's descriptor (this connection's own; the preload library polls it).
+    pub fn setup_fd(&self) -> RawFd {
+        self.setup.as_raw_fd()
+    }
+
+    /// Counts one more process holding this end (after a `fork`): the connection ends when
+    /// the last of them drops it.
+    pub fn add_process_ref(&self) {
+        let _ = self.incoming.fetch_add_u32(REFS, 1);
+    }
+
+    /// Bytes this connection sent and received.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes the peer has written so far (wrapping): changes whenever new data arrives.
+    pub fn rx_mark(&self) -> u32 {
+        word(&self.incoming, TAIL)
+    }
+
+    /// Bytes of ours the peer has consumed (wrapping): changes whenever space frees up.
+    pub fn tx_mark(&self) -> u32 {
+        word(&self.incoming, ACK)
+    }
+
+    /// Asks the peer for a wake-up byte on the setup socket when data arrives (`read`) or
+    /// space frees up (`write`). Callers then re-check their condition before sleeping:
+    /// either they see the change or the peer sees the request (Dekker).
+    pub fn arm(&self, read: bool, write: bool) {
+        let mut n = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, on, flag) in [(0, read, WAITS_DATA), (1, write, WAITS_SPACE)] {
+            if on {
+                n[i] += 1;
+                if n[i] == 1 {
+                    store(&self.outgoing, flag, 1);
+                }
+            }
+        }
+        drop(n);
+        // Pairs with the fence in the peer between its update and its look at our flag.
+        fence(Ordering::SeqCst);
+    }
+
+    /// Withdraws a request made with [`Conn::arm`].
+    pub fn disarm(&self, read: bool, write: bool) {
+        let mut n = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, on, flag) in [(0, read, WAITS_DATA), (1, write, WAITS_SPACE)] {
+            if on && n[i] > 0 {
+                n[i] -= 1;
+                if n[i] == 0 {
+                    store(&self.outgoing, flag, 0);
+                }
+            }
+        }
+    }
+
+    /// Consumes the wake-up bytes waiting on the setup socket without blocking; notices the
+    /// peer's end (end of file or an error) there.
+    pub fn drain(&self) {
+        let s = socket2::SockRef::from(&self.setup);
+        let mut buf = [MaybeUninit::<u8>::uninit(); 256];
+        loop {
+            match s.recv_with_flags(&mut buf, libc::MSG_DONTWAIT) {
+                Ok(0) => {
+                    self.peer_gone.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Ok(n) if n == buf.len() => continue,
+                Ok(_) => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.peer_gone.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// This process closed its last descriptor of the connection while other threads may
+    /// still wait on it: they return (end of file, `EPIPE`) within a sleep's length.
+    pub fn abandon(&self) {
+        self.rd_shut.store(true, Ordering::Relaxed);
+        self.wr_shut.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the peer's process is gone (setup socket closed or failed).
+    pub fn peer_lost(&self) -> bool {
+        self.peer_gone.load(Ordering::Relaxed)
     }
 
     /// The setup socket (addresses, and the descriptor to poll in the preload).
@@ -238,10 +373,8 @@ impl Conn {
                 std::thread::yield_now();
             }
         }
-        store(&self.outgoing, flag, 1);
-        // Pairs with the fence in the peer between its update and its look at our flag
-        // (Dekker): one of the two sees the other's store.
-        fence(Ordering::SeqCst);
+        let (read, write) = (flag == WAITS_DATA, flag == WAITS_SPACE);
+        self.arm(read, write);
         add(&COUNTERS.sleeps, 1);
         let result = loop {
             if ready() {
@@ -255,27 +388,36 @@ impl Conn {
                 }
                 sleep = sleep.min(d - now);
             }
-            let _ = self.setup.set_read_timeout(Some(sleep));
-            let mut tokens = [0u8; 64];
-            match (&self.setup).read(&mut tokens) {
-                Ok(0) => self.peer_gone.store(true, Ordering::Relaxed),
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(_) => self.peer_gone.store(true, Ordering::Relaxed),
-            }
+            poll_in(self.setup_fd(), sleep);
+            self.drain();
         };
-        store(&self.outgoing, flag, 0);
+        self.disarm(read, write);
         result
     }
 
     /// Reads into `buf` (the receive-side copy).
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv(buf, RecvFlags::default())
+    }
+
+    /// Reads into `buf` as `flags` say.
+    pub fn recv(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<usize> {
+        if !flags.waitall || flags.peek {
+            return self.recv_once(buf, flags);
+        }
+        let mut got = 0;
+        while got < buf.len() {
+            match self.recv_once(&mut buf[got..], flags) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if got > 0 && e.kind() != io::ErrorKind::Interrupted => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    fn recv_once(&self, buf: &mut [u8], flags: RecvFlags) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -295,6 +437,9 @@ impl Conn {
                         .read(HEADER, &mut buf[first..n])
                         .map_err(io::Error::other)?;
                 }
+                if flags.peek {
+                    return Ok(n);
+                }
                 *head = head.wrapping_add(n as u32);
                 // Tell the writer, in its own ring, how far we consumed.
                 store(&self.outgoing, ACK, *head);
@@ -303,15 +448,18 @@ impl Conn {
                     self.wake_peer();
                 }
                 add(&COUNTERS.bytes_received, n as u64);
+                self.received.fetch_add(n as u64, Ordering::Relaxed);
                 return Ok(n);
             }
             if self.rd_shut.load(Ordering::Relaxed) || word(&self.incoming, FIN) != 0 {
                 return Ok(0);
             }
             if self.peer_gone.load(Ordering::Relaxed) {
-                return Err(io::Error::from(io::ErrorKind::ConnectionReset));
+                // The peer's process ended (its kernel socket closed) without closing the
+                // ring: end of file, as the kernel reports a killed peer's stream.
+                return Ok(0);
             }
-            if self.nonblocking.load(Ordering::Relaxed) {
+            if flags.dontwait || self.nonblocking.load(Ordering::Relaxed) {
                 return Err(would_block());
             }
             let h = *head;
@@ -330,6 +478,12 @@ impl Conn {
 
     /// Writes some of `buf` into the peer's ring; returns how much.
     pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.send(buf, false)
+    }
+
+    /// Writes some of `buf`; with `dontwait` (`MSG_DONTWAIT`) a full ring gives `WouldBlock`
+    /// whatever the connection's mode.
+    pub fn send(&self, buf: &[u8], dontwait: bool) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -350,9 +504,10 @@ impl Conn {
                     self.wake_peer();
                 }
                 add(&COUNTERS.bytes_sent, n as u64);
+                self.sent.fetch_add(n as u64, Ordering::Relaxed);
                 return Ok(n);
             }
-            if self.nonblocking.load(Ordering::Relaxed) {
+            if dontwait || self.nonblocking.load(Ordering::Relaxed) {
                 return Err(would_block());
             }
             let t = tx.tail;
@@ -425,6 +580,28 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        if let Ok(path) = std::env::var("VMMC_SOCK_STATS") {
+            // One line per connection and process, appended (O_APPEND writes of one line do
+            // not interleave): what went through the rings.
+            let (sent, received) = self.bytes();
+            let line = format!(
+                "{{\"pid\":{},\"variant\":\"{}\",\"sent\":{sent},\"received\":{received}}}\n",
+                std::process::id(),
+                self.variant.name()
+            );
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = f.write_all(line.as_bytes());
+            }
+        }
+        // The last process holding this end closes the connection; a forked sibling that
+        // keeps it open keeps it working.
+        if self.incoming.fetch_add_u32(REFS, u32::MAX).unwrap_or(1) != 1 {
+            return;
+        }
         store(&self.outgoing, FIN, 1);
         store(&self.outgoing, CLOSED, 1);
         self.wake_peer();

@@ -11,10 +11,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
-use vmmc::{MemKind, Region};
-
-const MAGIC: &[u8; 8] = b"VMMCSOK1";
-const HELLO_LEN: usize = 24;
+use vmmc::Region;
 
 /// How a connection is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,48 +41,159 @@ impl Options {
     }
 }
 
-/// Exchanges the two rings over the setup socket: each side announces its process id, the
-/// descriptor of its incoming ring and the ring's capacity, maps the peer's ring through
-/// `/proc/PID/fd/N`, and acknowledges, so that neither side writes before both are mapped.
-fn handshake(setup: TcpStream, opts: Options) -> Result<Conn, Error> {
-    let cap = opts.capacity.max(4096).next_power_of_two();
-    if cap > 1 << 30 {
-        return Err(Error::Handshake("ring capacity above 1 GiB".into()));
+/// The first bytes of a hello: a peer that sends anything else does not use this library.
+pub const MAGIC: &[u8; 8] = b"VMMCSOK1";
+/// Length of the hello each side sends on the setup socket.
+pub const HELLO_LEN: usize = 24;
+
+/// The directory of the rings' files and the preload library's registry: world-writable
+/// and sticky like `/tmp`, so processes of different users (a server's workers often drop
+/// privileges) can map each other's rings.
+pub const SHM_DIR: &str = "/dev/shm/vmmc-sockets";
+
+/// Creates [`SHM_DIR`] if needed.
+pub fn shm_dir() -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::PathBuf::from(SHM_DIR);
+    if std::fs::create_dir(&dir).is_ok() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
     }
-    let incoming = Region::alloc(HEADER + cap, MemKind::Shared)?;
-    let fd = incoming
-        .fd()
-        .ok_or_else(|| Error::Handshake("shared region without descriptor".into()))?;
-    let mut hello = [0u8; HELLO_LEN];
-    hello[..8].copy_from_slice(MAGIC);
-    hello[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-    hello[12..16].copy_from_slice(&(fd as u32).to_le_bytes());
-    hello[16..20].copy_from_slice(&(cap as u32).to_le_bytes());
-    (&setup).write_all(&hello)?;
+    dir
+}
+
+/// This side's half of the connection setup: its incoming ring and the hello announcing it
+/// (magic, process id, ring number, capacity).
+///
+/// A ring is a file in [`SHM_DIR`] named after the process and a number, which the peer
+/// opens by name and maps: unlike `/proc/PID/fd/N`, this works between processes of
+/// different users. The file is removed as soon as both sides have mapped (the
+/// [`RingFile`] guard), so only the mappings keep the memory.
+pub struct Offer {
+    incoming: Region,
+    hello: [u8; HELLO_LEN],
+    variant: Variant,
+    file: RingFile,
+}
+
+/// Removes a ring's file when dropped.
+pub struct RingFile(std::path::PathBuf);
+
+impl Drop for RingFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn ring_path(pid: u32, id: u32) -> std::path::PathBuf {
+    shm_dir().join(format!("ring-{pid}-{id}"))
+}
+
+impl Offer {
+    /// Allocates the incoming ring.
+    pub fn new(opts: Options) -> Result<Offer, Error> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let cap = opts.capacity.max(4096).next_power_of_two();
+        if cap > 1 << 30 {
+            return Err(Error::Handshake("ring capacity above 1 GiB".into()));
+        }
+        let pid = std::process::id();
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = ring_path(pid, id);
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .open(&path)
+        };
+        // A file left by a dead process that had our process id is stale.
+        let file = open().or_else(|_| {
+            let _ = std::fs::remove_file(&path);
+            open()
+        })?;
+        let file_guard = RingFile(path);
+        file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+        let len = HEADER + cap;
+        file.set_len(len.next_multiple_of(4096) as u64)?;
+        let incoming = Region::map_shared_fd(OwnedFd::from(file), len)?;
+        let mut hello = [0u8; HELLO_LEN];
+        hello[..8].copy_from_slice(MAGIC);
+        hello[8..12].copy_from_slice(&pid.to_le_bytes());
+        hello[12..16].copy_from_slice(&id.to_le_bytes());
+        hello[16..20].copy_from_slice(&(cap as u32).to_le_bytes());
+        Ok(Offer {
+            incoming,
+            hello,
+            variant: opts.variant,
+            file: file_guard,
+        })
+    }
+
+    /// The bytes to send to the peer.
+    pub fn hello(&self) -> &[u8; HELLO_LEN] {
+        &self.hello
+    }
+
+    /// Maps the ring the peer announced in `peer` and builds the connection. Both sides must
+    /// have mapped before either writes, and before the ring files go: callers exchange an
+    /// acknowledgement after this and then drop the returned [`RingFile`].
+    pub fn complete(
+        self,
+        peer: &[u8; HELLO_LEN],
+        setup: TcpStream,
+    ) -> Result<(Conn, RingFile), Error> {
+        if &peer[..8] != MAGIC {
+            return Err(Error::Handshake("peer does not speak VMMC sockets".into()));
+        }
+        let le =
+            |r: std::ops::Range<usize>| u32::from_le_bytes(peer[r].try_into().unwrap_or([0; 4]));
+        let (pid, id, pcap) = (le(8..12), le(12..16), le(16..20) as usize);
+        if !pcap.is_power_of_two() || !(4096..=1 << 30).contains(&pcap) {
+            return Err(Error::Handshake(format!("bad peer ring capacity {pcap}")));
+        }
+        let path = ring_path(pid, id);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                Error::Handshake(format!("mapping the peer's ring {}: {e}", path.display()))
+            })?;
+        let size = file.metadata()?.len() as usize;
+        if size < HEADER + pcap {
+            return Err(Error::Handshake(format!(
+                "the peer's ring {} is {size} bytes, not {}",
+                path.display(),
+                HEADER + pcap
+            )));
+        }
+        let outgoing = Region::map_shared_fd(OwnedFd::from(file), HEADER + pcap)?;
+        Ok((
+            Conn::new(self.incoming, outgoing, pcap, self.variant, setup),
+            self.file,
+        ))
+    }
+}
+
+/// Exchanges the two rings over the setup socket: each side announces its ring, maps the
+/// peer's, and acknowledges, so that neither side writes before both are mapped.
+fn handshake(setup: TcpStream, opts: Options) -> Result<Conn, Error> {
+    let offer = Offer::new(opts)?;
+    (&setup).write_all(offer.hello())?;
     let mut peer = [0u8; HELLO_LEN];
     (&setup).read_exact(&mut peer)?;
-    if &peer[..8] != MAGIC {
-        return Err(Error::Handshake("peer does not speak VMMC sockets".into()));
-    }
-    let le = |r: std::ops::Range<usize>| u32::from_le_bytes(peer[r].try_into().unwrap_or([0; 4]));
-    let (pid, pfd, pcap) = (le(8..12), le(12..16), le(16..20) as usize);
-    if !pcap.is_power_of_two() || pcap > 1 << 30 {
-        return Err(Error::Handshake(format!("bad peer ring capacity {pcap}")));
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/fd/{pfd}"))
-        .map_err(|e| Error::Handshake(format!("mapping the peer's ring: {e}")))?;
-    let outgoing = Region::map_shared_fd(OwnedFd::from(file), HEADER + pcap)?;
+    let (conn, file) = offer.complete(&peer, setup.try_clone()?)?;
     (&setup).write_all(b"K")?;
     let mut ack = [0u8; 1];
     (&setup).read_exact(&mut ack)?;
     if ack[0] != b'K' {
         return Err(Error::Handshake("no acknowledgement".into()));
     }
+    drop(file);
     let _ = setup.set_nodelay(true);
-    Ok(Conn::new(incoming, outgoing, pcap, opts.variant, setup))
+    Ok(conn)
 }
 
 /// A VMMC stream socket listening for connections, in the shape of `std::net::TcpListener`.

@@ -263,6 +263,13 @@ impl Region {
         Ok(())
     }
 
+    /// Adds `delta` (wrapping) to the word at `offset` atomically; returns the old value. For
+    /// words that several processes sharing this memory update (a reference count), never for
+    /// remote words, which VMMC only writes.
+    pub fn fetch_add_u32(&self, offset: usize, delta: u32) -> Result<u32> {
+        Ok(self.word(offset)?.fetch_add(delta, Ordering::AcqRel))
+    }
+
     /// Spins, then yields, until the word at `offset` satisfies `done`; returns its value.
     /// `give_up` is polled now and then and ends the wait with its error (e.g. peer lost).
     pub fn wait_u32(

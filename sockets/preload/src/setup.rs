@@ -1,0 +1,369 @@
+//! Deciding which connections go over VMMC, and setting them up.
+//!
+//! Only a TCP connection whose two ends are on this host and both run under the library may
+//! use VMMC; anything else must stay a kernel connection, byte for byte. The two ends learn
+//! about each other through a registry of small files in [`sockets::SHM_DIR`]:
+//!
+//! - a listening socket announces its port (`l<port>`, holding the process id);
+//! - a connecting socket that finds a live announcement for its destination binds to a
+//!   loopback port first and announces that port (`c<port>`) *before* it connects, so the
+//!   accepting side knows from the peer's address alone whether to expect a hello, without
+//!   waiting for data a plain client would never send.
+//!
+//! Then both sides run the hello exchange of [`sockets::Offer`] over the connection itself,
+//! which stays open as the setup socket (wake-ups, end of file). The accepting side also
+//! peeks at the first bytes and gives up (keeping a kernel connection, nothing consumed)
+//! unless they are the hello's magic, so a stale announcement cannot corrupt a plain stream.
+
+use crate::real::real;
+use crate::table::{self, Entry};
+use sockets::{Conn, Offer, Options, HELLO_LEN, MAGIC};
+use std::net::TcpStream;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a side waits for the other's hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn registry() -> PathBuf {
+    sockets::shm_dir()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || crate::errno() == libc::EPERM)
+}
+
+fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Announces a listening port.
+pub fn announce_listener(port: u16) {
+    let _ = std::fs::write(registry().join(format!("l{port}")), pid().to_string());
+}
+
+/// Withdraws the announcement of `port` if this process made it.
+pub fn withdraw_listener(port: u16, owner: u32) {
+    if owner == pid() {
+        let _ = std::fs::remove_file(registry().join(format!("l{port}")));
+    }
+}
+
+/// Whether a live interposed process listens on `port`.
+fn listener_live(port: u16) -> bool {
+    std::fs::read_to_string(registry().join(format!("l{port}")))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .is_some_and(alive)
+}
+
+/// The loopback IPv4/IPv6 address and port in `addr`, if it is one.
+///
+/// # Safety
+/// `addr` points to `len` readable bytes.
+pub unsafe fn loopback_port(addr: *const libc::sockaddr, len: libc::socklen_t) -> Option<u16> {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sockaddr_in>() {
+        return None;
+    }
+    // SAFETY: at least a sockaddr_in is readable (checked above).
+    let family = unsafe { (*addr).sa_family } as i32;
+    match family {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET address of sufficient length.
+            let a = unsafe { &*(addr as *const libc::sockaddr_in) };
+            let ip = u32::from_be(a.sin_addr.s_addr);
+            (ip >> 24 == 127).then_some(u16::from_be(a.sin_port))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: an AF_INET6 address of sufficient length.
+            let a = unsafe { &*(addr as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            let lo = ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback());
+            lo.then_some(u16::from_be(a.sin6_port))
+        }
+        _ => None,
+    }
+}
+
+fn local_port(fd: i32) -> Option<(u16, i32)> {
+    // SAFETY: a zeroed sockaddr_storage is valid; getsockname writes at most `len` bytes.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getsockname(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
+            return None;
+        }
+        match ss.ss_family as i32 {
+            libc::AF_INET => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in);
+                Some((u16::from_be(a.sin_port), libc::AF_INET))
+            }
+            libc::AF_INET6 => {
+                let a = &*(&ss as *const _ as *const libc::sockaddr_in6);
+                Some((u16::from_be(a.sin6_port), libc::AF_INET6))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn peer_port(fd: i32) -> Option<u16> {
+    // SAFETY: as in local_port.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getpeername(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
+            return None;
+        }
+        loopback_port(&ss as *const _ as *const libc::sockaddr, len)
+    }
+}
+
+/// The port a listening socket is bound to.
+pub fn listening_port(fd: i32) -> Option<u16> {
+    local_port(fd).map(|(p, _)| p)
+}
+
+/// Binds an unbound socket to a loopback port of its family; returns the port.
+fn bind_loopback(fd: i32) -> Option<u16> {
+    let (port, family) = local_port(fd)?;
+    if port != 0 {
+        return Some(port);
+    }
+    // SAFETY: zeroed addresses of the right family and size.
+    let rc = unsafe {
+        if family == libc::AF_INET {
+            let mut a: libc::sockaddr_in = std::mem::zeroed();
+            a.sin_family = libc::AF_INET as libc::sa_family_t;
+            a.sin_addr.s_addr = u32::to_be(0x7f00_0001);
+            libc::bind(
+                fd,
+                &a as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        } else {
+            let mut a: libc::sockaddr_in6 = std::mem::zeroed();
+            a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            a.sin6_addr.s6_addr = std::net::Ipv6Addr::LOCALHOST.octets();
+            libc::bind(
+                fd,
+                &a as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        }
+    };
+    if rc != 0 {
+        return None;
+    }
+    local_port(fd).map(|(p, _)| p)
+}
+
+/// Waits until `fd` has `events` or the deadline passes.
+fn wait_fd(fd: i32, events: i16, deadline: Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let poll = real!(poll: fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { poll(&mut p, 1, left.as_millis().max(1) as i32) };
+        if n > 0 {
+            return true;
+        }
+        if n < 0 && crate::errno() != libc::EINTR {
+            return false;
+        }
+    }
+}
+
+fn send_all(fd: i32, mut data: &[u8], deadline: Instant) -> bool {
+    let send = real!(send: fn(i32, *const libc::c_void, usize, i32) -> isize);
+    while !data.is_empty() {
+        // SAFETY: `data` is readable for its length.
+        let n = unsafe {
+            send(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            data = &data[n as usize..];
+        } else if n < 0 && matches!(crate::errno(), libc::EAGAIN | libc::EINTR) {
+            if !wait_fd(fd, libc::POLLOUT, deadline) {
+                return false;
+            }
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+fn recv_exact(fd: i32, out: &mut [u8], flags: i32, deadline: Instant) -> bool {
+    let recv = real!(recv: fn(i32, *mut libc::c_void, usize, i32) -> isize);
+    let mut got = 0;
+    while got < out.len() {
+        // SAFETY: `out[got..]` is writable for its length.
+        let n = unsafe {
+            recv(
+                fd,
+                out[got..].as_mut_ptr().cast(),
+                out.len() - got,
+                flags | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            if flags & libc::MSG_PEEK != 0 {
+                if n as usize >= out.len() {
+                    return true;
+                }
+            } else {
+                got += n as usize;
+                continue;
+            }
+        } else if n == 0 || !matches!(crate::errno(), libc::EAGAIN | libc::EINTR) {
+            return false;
+        }
+        if !wait_fd(fd, libc::POLLIN, deadline) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Runs the hello exchange on `fd` (the program's descriptor; the connection keeps a
+/// duplicate of its own) and tracks `fd` as a VMMC connection.
+fn handshake(fd: i32) -> Result<(), i32> {
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let fcntl = real!(fcntl: fn(i32, i32, usize) -> i32);
+    // SAFETY: duplicating a descriptor we were handed.
+    let own = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if own < 0 {
+        return Err(crate::errno());
+    }
+    // SAFETY: `own` is a fresh descriptor that only this TcpStream owns.
+    let setup = TcpStream::from(unsafe { OwnedFd::from_raw_fd(own) });
+    let opts = Options::from_env().unwrap_or_default();
+    let offer = Offer::new(opts).map_err(|_| libc::ENOMEM)?;
+    if !send_all(fd, offer.hello(), deadline) {
+        return Err(libc::ECONNRESET);
+    }
+    let mut peer = [0u8; HELLO_LEN];
+    if !recv_exact(fd, &mut peer, 0, deadline) {
+        return Err(libc::ECONNRESET);
+    }
+    let (conn, file): (Conn, _) = offer.complete(&peer, setup).map_err(|_| libc::ECONNRESET)?;
+    let mut ack = [0u8; 1];
+    if !send_all(fd, b"K", deadline) || !recv_exact(fd, &mut ack, 0, deadline) || ack[0] != b'K' {
+        return Err(libc::ECONNRESET);
+    }
+    drop(file);
+    let _ = setup_nodelay(fd);
+    // SAFETY: F_GETFL on a valid descriptor.
+    let fl = unsafe { fcntl(fd, libc::F_GETFL, 0) };
+    conn.set_nonblocking(fl >= 0 && fl & libc::O_NONBLOCK != 0);
+    drop(table::set(fd, Entry::Vmmc(Arc::new(conn))));
+    Ok(())
+}
+
+fn setup_nodelay(fd: i32) -> i32 {
+    let one: i32 = 1;
+    // SAFETY: a valid option value of the right size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const i32 as *const libc::c_void,
+            4,
+        )
+    }
+}
+
+/// The connecting side: when the destination is an interposed listener of this host,
+/// connects (completing even a non-blocking connect, as loopback connects can) and sets the
+/// connection up over VMMC. `None`: not for VMMC, the caller connects through the kernel.
+///
+/// # Safety
+/// `addr` points to `len` readable bytes.
+pub unsafe fn connect(fd: i32, addr: *const libc::sockaddr, len: libc::socklen_t) -> Option<i32> {
+    // SAFETY: the caller's promise.
+    let port = unsafe { loopback_port(addr, len) }?;
+    if !listener_live(port) {
+        return None;
+    }
+    let me = bind_loopback(fd)?;
+    let marker = registry().join(format!("c{me}"));
+    let _ = std::fs::write(&marker, pid().to_string());
+    let real_connect = real!(connect: fn(i32, *const libc::sockaddr, libc::socklen_t) -> i32);
+    // SAFETY: the caller's address.
+    let mut rc = unsafe { real_connect(fd, addr, len) };
+    if rc != 0 && crate::errno() == libc::EINPROGRESS {
+        let deadline = Instant::now() + HELLO_TIMEOUT;
+        rc = if wait_fd(fd, libc::POLLOUT, deadline) {
+            let mut err: i32 = 0;
+            let mut l = 4 as libc::socklen_t;
+            // SAFETY: SO_ERROR into an int.
+            unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    &mut err as *mut i32 as *mut libc::c_void,
+                    &mut l,
+                )
+            };
+            if err != 0 {
+                crate::set_errno(err);
+                -1
+            } else {
+                0
+            }
+        } else {
+            crate::set_errno(libc::ETIMEDOUT);
+            -1
+        };
+    }
+    let result = if rc != 0 {
+        rc
+    } else {
+        match handshake(fd) {
+            Ok(()) => 0,
+            Err(e) => {
+                crate::set_errno(e);
+                -1
+            }
+        }
+    };
+    let _ = std::fs::remove_file(marker);
+    Some(result)
+}
+
+/// The accepting side, after the kernel accepted `fd` on an interposed listener: sets the
+/// connection up over VMMC when the peer announced itself and sends the hello. Returns an
+/// errno when the setup failed after the hello had been read (the connection is unusable).
+pub fn accepted(fd: i32) -> Result<(), i32> {
+    let Some(port) = peer_port(fd) else {
+        return Ok(());
+    };
+    if !registry().join(format!("c{port}")).exists() {
+        return Ok(());
+    }
+    let mut magic = [0u8; 8];
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    if !recv_exact(fd, &mut magic, libc::MSG_PEEK, deadline) || &magic != MAGIC {
+        return Ok(());
+    }
+    handshake(fd)
+}
