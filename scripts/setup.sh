@@ -2,11 +2,14 @@
 # Installs what the tests and the benchmarks need on a fresh Debian 12 machine:
 # Open MPI (the MPI baseline and the mpirun bootstrap test), clang/libclang and pkg-config
 # (bindgen, for mpi-sys), a C compiler (the C API test), and rpcbind, libtirpc, rpcgen and the
-# rpcsvc .x files (the SunRPC interoperability tests). Idempotent: skips what is there.
+# rpcsvc .x files (the SunRPC interoperability tests), and the unmodified programs the socket
+# interposer is tested with (sockperf, iperf3, redis, netcat, nginx, curl). Idempotent: skips
+# what is there.
 set -euo pipefail
 need=()
 for pkg in libopenmpi-dev openmpi-bin clang libclang-dev pkg-config gcc libc6-dev \
-    rpcbind libtirpc-dev rpcsvc-proto libnsl-dev; do
+    rpcbind libtirpc-dev rpcsvc-proto libnsl-dev \
+    sockperf iperf3 redis-server redis-tools netcat-openbsd nginx-light curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

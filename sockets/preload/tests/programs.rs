@@ -1,0 +1,658 @@
+//! Unmodified Debian programs under `LD_PRELOAD=libvmmc_sockets.so`, and the failure cases,
+//! across real processes. Each test proves that the data went through the VMMC rings with
+//! the per-connection lines the library appends to `VMMC_SOCK_STATS`.
+//!
+//! Programs used (installed by scripts/setup.sh): sockperf, iperf3, redis-server,
+//! redis-benchmark, redis-cli, nc (netcat-openbsd), nginx-light, curl, sha256sum. The
+//! failure cases run this test binary itself as interposed children (`PRELOAD_ROLE=...`):
+//! Rust's std calls the C library's socket functions, so it is interposed like any program.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The library, built once per test process in this test's profile.
+fn library() -> PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["build", "-p", "sockets-preload"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match target_dir().file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(p) => {
+                cmd.args(["--profile", p]);
+            }
+            None => panic!("unknown profile"),
+        }
+        assert!(
+            cmd.status().expect("cargo").success(),
+            "building the library failed"
+        );
+    });
+    let so = target_dir().join("libvmmc_sockets.so");
+    assert!(so.exists(), "{} missing", so.display());
+    so
+}
+
+/// A scratch directory and statistics file for one test.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("vmmc-preload-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        // Servers that drop privileges (nginx's workers) must be able to append.
+        let stats = dir.join("stats.jsonl");
+        std::fs::write(&stats, "").expect("stats file");
+        use std::os::unix::fs::PermissionsExt;
+        for p in [&dir, &stats] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        }
+        Scratch { dir }
+    }
+
+    fn stats_path(&self) -> PathBuf {
+        self.dir.join("stats.jsonl")
+    }
+
+    /// A command under the library, writing statistics here.
+    fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env("LD_PRELOAD", library())
+            .env("VMMC_SOCK_STATS", self.stats_path());
+        c
+    }
+
+    /// (sent, received) through the rings per process id.
+    fn stats(&self) -> BTreeMap<u64, (u64, u64)> {
+        let text = std::fs::read_to_string(self.stats_path()).expect("stats");
+        let mut m = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).expect("stats line is JSON");
+            let e = m.entry(v["pid"].as_u64().expect("pid")).or_insert((0, 0));
+            e.0 += v["sent"].as_u64().expect("sent");
+            e.1 += v["received"].as_u64().expect("received");
+        }
+        m
+    }
+
+    fn stats_of(&self, pid: u32) -> (u64, u64) {
+        self.stats().get(&(pid as u64)).copied().unwrap_or((0, 0))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Kills a server when the test ends, however it ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM first, so that a server with worker processes (nginx) takes them down.
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// Waits until an interposed process listens on `port` (its announcement appears), without
+/// connecting (a probe would use up a one-shot server).
+fn wait_listening(port: u16, child: &mut Child) {
+    let path = Path::new(sockets::SHM_DIR).join(format!("l{port}"));
+    let t0 = Instant::now();
+    while !path.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("server exited before listening: {st}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run_ok(mut c: Command, what: &str) -> String {
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("digest")
+        .to_string()
+}
+
+fn random_file(path: &Path, len: usize) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ len as u64;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut left = len;
+    while left > 0 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        let n = left.min(8);
+        f.write_all(&b[..n]).expect("write");
+        left -= n;
+    }
+    f.flush().expect("flush");
+}
+
+/// The number after `key` in sockperf's output (`ReceivedMessages=123`).
+fn field(text: &str, key: &str) -> u64 {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("{key} not in:\n{text}"));
+    text[at + key.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {key}"))
+}
+
+#[test]
+fn sockperf_ping_pong_and_throughput() {
+    let s = Scratch::new("sockperf");
+    let port = free_port();
+    let mut srv = s.cmd("sockperf");
+    srv.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut srv = Server(srv.spawn().expect("sockperf (apt-get install sockperf)"));
+    wait_listening(port, &mut srv.0);
+
+    let mut pp = s.cmd("sockperf");
+    pp.args([
+        "pp",
+        "--tcp",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-t",
+        "1",
+        "-m",
+        "64",
+    ]);
+    let out = run_ok(pp, "sockperf ping-pong");
+    let got = field(&out, "ReceivedMessages=");
+    assert!(got > 100, "{got} messages in a second:\n{out}");
+    assert!(out.contains("# dropped messages = 0"), "{out}");
+    let mut tp = s.cmd("sockperf");
+    tp.args([
+        "tp",
+        "--tcp",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-t",
+        "1",
+        "-m",
+        "65000",
+    ]);
+    let out = run_ok(tp, "sockperf throughput");
+    let sent = field(&out, "Total of ");
+    assert!(sent > 10, "{out}");
+    // Both clients' bytes went through the rings: the ping-pong's messages both ways, every
+    // throughput message one way.
+    let st = s.stats();
+    let total_sent: u64 = st.values().map(|v| v.0).sum();
+    assert!(
+        total_sent >= 64 * got + 65000 * sent,
+        "rings carried {total_sent} bytes; expected at least {}: {st:?}",
+        64 * got + 65000 * sent
+    );
+}
+
+#[test]
+fn iperf3_client_and_server() {
+    let s = Scratch::new("iperf3");
+    let port = free_port().to_string();
+    let mut srv = s.cmd("iperf3");
+    srv.args(["-s", "-1", "-p", &port]).stdout(Stdio::null());
+    let mut srv = Server(srv.spawn().expect("iperf3 (apt-get install iperf3)"));
+    wait_listening(port.parse().expect("port"), &mut srv.0);
+    let mut c = s.cmd("iperf3");
+    c.args(["-c", "127.0.0.1", "-p", &port, "-t", "1", "-J"]);
+    let out = run_ok(c, "iperf3 client");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let bytes = v["end"]["sum_received"]["bytes"]
+        .as_u64()
+        .expect("bytes received");
+    assert!(bytes > 1 << 20, "{bytes} bytes in a second");
+    assert!(srv.0.wait().expect("server").success());
+    let st = s.stats();
+    let received: u64 = st.values().map(|v| v.1).sum();
+    assert!(
+        received >= bytes,
+        "rings carried {received} of {bytes} bytes: {st:?}"
+    );
+}
+
+#[test]
+fn redis_benchmark_and_data_check() {
+    let s = Scratch::new("redis");
+    let port = free_port().to_string();
+    let mut srv = s.cmd("redis-server");
+    srv.args([
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .arg("--dir")
+    .arg(&s.dir)
+    .stdout(Stdio::null());
+    let mut srv = Server(
+        srv.spawn()
+            .expect("redis-server (apt-get install redis-server)"),
+    );
+    wait_listening(port.parse().expect("port"), &mut srv.0);
+    let server_pid = srv.0.id();
+    let mut b = s.cmd("redis-benchmark");
+    b.args([
+        "-p",
+        &port,
+        "-n",
+        "5000",
+        "-c",
+        "4",
+        "-q",
+        "-t",
+        "set,get,lpush,lpop",
+    ]);
+    let out = run_ok(b, "redis-benchmark");
+    assert!(out.contains("requests per second"), "{out}");
+    let value = "x".repeat(3000) + "end";
+    let mut set = s.cmd("redis-cli");
+    set.args(["-p", &port, "set", "vmmc-key", &value]);
+    assert_eq!(run_ok(set, "redis-cli set").trim(), "OK");
+    let mut get = s.cmd("redis-cli");
+    get.args(["-p", &port, "get", "vmmc-key"]);
+    assert_eq!(run_ok(get, "redis-cli get").trim(), value);
+    let mut stop = s.cmd("redis-cli");
+    stop.args(["-p", &port, "shutdown", "nosave"]);
+    let _ = stop.output();
+    assert!(srv.0.wait().expect("redis-server").success());
+    let (sent, received) = s.stats_of(server_pid);
+    // 5000 requests of each of 4 commands, each at least a few dozen bytes, plus the value.
+    assert!(
+        received > 20_000 * 20 + 3000,
+        "server received {received} bytes through rings"
+    );
+    assert!(
+        sent > 20_000 * 4 + 3000,
+        "server sent {sent} bytes through rings"
+    );
+}
+
+#[test]
+fn nc_moves_100_mib_intact() {
+    let s = Scratch::new("nc");
+    let input = s.dir.join("in.bin");
+    let output = s.dir.join("out.bin");
+    let len = 100 << 20;
+    random_file(&input, len);
+    let port = free_port().to_string();
+    let mut srv = s.cmd("nc");
+    srv.args(["-N", "-l", "127.0.0.1", &port])
+        .stdout(std::fs::File::create(&output).expect("out"));
+    let mut srv = Server(srv.spawn().expect("nc (apt-get install netcat-openbsd)"));
+    wait_listening(port.parse().expect("port"), &mut srv.0);
+    let mut c = s.cmd("nc");
+    c.args(["-N", "127.0.0.1", &port])
+        .stdin(std::fs::File::open(&input).expect("in"));
+    let st = c.status().expect("nc client");
+    assert!(st.success());
+    assert!(srv.0.wait().expect("nc server").success());
+    assert_eq!(sha256(&output), sha256(&input));
+    let received: u64 = s.stats().values().map(|v| v.1).sum();
+    assert!(
+        received >= len as u64,
+        "rings carried {received} of {len} bytes"
+    );
+}
+
+#[test]
+fn nginx_serves_a_file_to_curl() {
+    let s = Scratch::new("nginx");
+    let root = s.dir.join("html");
+    std::fs::create_dir_all(root.join("tmp")).expect("dirs");
+    let len = 5 << 20;
+    random_file(&root.join("f.bin"), len);
+    let port = free_port();
+    let conf = s.dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 1;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{ access_log off; sendfile on;\n\
+             client_body_temp_path {dir}/html/tmp; proxy_temp_path {dir}/html/tmp;\n\
+             fastcgi_temp_path {dir}/html/tmp; uwsgi_temp_path {dir}/html/tmp; scgi_temp_path {dir}/html/tmp;\n\
+             server {{ listen 127.0.0.1:{port}; root {dir}/html; }} }}\n",
+            dir = s.dir.display()
+        ),
+    )
+    .expect("conf");
+    let mut srv = s.cmd("nginx");
+    srv.arg("-p")
+        .arg(&s.dir)
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut srv = Server(srv.spawn().expect("nginx (apt-get install nginx-light)"));
+    wait_listening(port, &mut srv.0);
+    let got = s.dir.join("got.bin");
+    let mut c = s.cmd("curl");
+    c.args(["-s", "-f", "-o"])
+        .arg(&got)
+        .arg(format!("http://127.0.0.1:{port}/f.bin"));
+    let out = c.output().expect("curl");
+    assert!(out.status.success(), "curl: {}", out.status);
+    assert_eq!(sha256(&got), sha256(&root.join("f.bin")));
+    // curl's process wrote its line when it closed the connection.
+    let st = s.stats();
+    let received: u64 = st.values().map(|v| v.1).sum();
+    assert!(
+        received >= len as u64,
+        "rings carried {received} of {len} bytes: {st:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Failure cases, with this binary as the interposed programs.
+
+fn child(role: &str, arg: &str) -> (Server, BufReader<std::process::ChildStdout>) {
+    let mut c = Command::new(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("LD_PRELOAD", library())
+        .env("PRELOAD_ROLE", role)
+        .env("PRELOAD_ARG", arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut c = c.spawn().expect("child");
+    let out = BufReader::new(c.stdout.take().expect("stdout"));
+    (Server(c), out)
+}
+
+/// The next line of a child that contains `key=`, and what follows.
+fn line(out: &mut BufReader<std::process::ChildStdout>, key: &str) -> String {
+    let mut l = String::new();
+    loop {
+        l.clear();
+        assert!(
+            out.read_line(&mut l).expect("child output") > 0,
+            "child ended before {key}="
+        );
+        if let Some(at) = l.find(&format!("{key}=")) {
+            return l[at + key.len() + 1..].trim().to_string();
+        }
+    }
+}
+
+/// The interposed programs of the failure cases.
+#[test]
+fn role() {
+    let Ok(role) = std::env::var("PRELOAD_ROLE") else {
+        return;
+    };
+    let arg = std::env::var("PRELOAD_ARG").unwrap_or_default();
+    match role.as_str() {
+        // Accepts one connection, sends a greeting, then waits to be killed.
+        "greeter" => {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            println!("port={}", l.local_addr().expect("addr").port());
+            let (mut s, _) = l.accept().expect("accept");
+            s.write_all(b"hello").expect("greet");
+            std::thread::sleep(Duration::from_secs(120));
+        }
+        // Reads the greeting, says so, then reads and writes after the peer died.
+        "survivor" => {
+            let mut s = TcpStream::connect(("127.0.0.1", arg.parse::<u16>().expect("port")))
+                .expect("connect");
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).expect("greeting");
+            println!("greeted=1");
+            let mut more = [0u8; 16];
+            let r = s.read(&mut more);
+            println!(
+                "read={}",
+                match r {
+                    Ok(0) => "eof".to_string(),
+                    Ok(n) => format!("{n} bytes"),
+                    Err(e) => format!("{:?}", e.kind()),
+                }
+            );
+            // std writes with MSG_NOSIGNAL: an error, no signal.
+            let err = loop {
+                match s.write(&[0u8; 4096]).map(|n| n > 0) {
+                    Ok(_) => continue,
+                    Err(e) => break e,
+                }
+            };
+            println!("nosignal_write={}", err.raw_os_error().unwrap_or(0));
+            // write(2) has no such flag: SIGPIPE, with its default action, ends the process.
+            // SAFETY: restoring the default action and writing from a valid buffer.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::write(s.as_raw_fd(), b"x".as_ptr().cast(), 1);
+            }
+            println!("survived_sigpipe=1");
+        }
+        // A server that never writes; a thread blocks reading while the main thread closes.
+        "silent" => {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            println!("port={}", l.local_addr().expect("addr").port());
+            let (_s, _) = l.accept().expect("accept");
+            std::thread::sleep(Duration::from_secs(120));
+        }
+        "close_while_reading" => {
+            let s = TcpStream::connect(("127.0.0.1", arg.parse::<u16>().expect("port")))
+                .expect("connect");
+            let fd = s.as_raw_fd();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                let mut b = [0u8; 8];
+                // SAFETY: reading into a valid buffer from a descriptor that may be closed.
+                let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+                let _ = tx.send(n);
+            });
+            // The reader is blocked once it gave up spinning and went to sleep.
+            std::thread::sleep(Duration::from_millis(200));
+            std::mem::forget(s);
+            // SAFETY: closing our descriptor.
+            unsafe { libc::close(fd) };
+            let n = rx.recv_timeout(Duration::from_secs(10));
+            println!("reader_returned={}", n.is_ok());
+            let _ = reader.join();
+        }
+        "accept_then_shutdown" => {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let fd = l.as_raw_fd();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let r = l.accept().map(|_| ()).map_err(|e| e.raw_os_error());
+                // The main thread closed the descriptor.
+                std::mem::forget(l);
+                let _ = tx.send(r);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: shutting down and closing our listening descriptor.
+            unsafe {
+                libc::shutdown(fd, libc::SHUT_RDWR);
+                libc::close(fd);
+            }
+            let r = rx.recv_timeout(Duration::from_secs(10));
+            println!("accept_returned={}", matches!(r, Ok(Err(_))));
+        }
+        // Echoes one line to whoever connects (interposed or not).
+        "echo" => {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            println!("port={}", l.local_addr().expect("addr").port());
+            let (s, _) = l.accept().expect("accept");
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).expect("line");
+            (&s).write_all(line.as_bytes()).expect("echo");
+            s.shutdown(Shutdown::Write).expect("shutdown");
+        }
+        "echo_client" => {
+            let mut s = TcpStream::connect(("127.0.0.1", arg.parse::<u16>().expect("port")))
+                .expect("connect");
+            s.write_all(b"plain peer\n").expect("send");
+            let mut back = String::new();
+            s.read_to_string(&mut back).expect("read");
+            println!("back={}", back.trim());
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn killed_peer_gives_eof_then_epipe_and_sigpipe() {
+    let (mut srv, mut so) = child("greeter", "");
+    let port = line(&mut so, "port");
+    let (mut cli, mut co) = child("survivor", &port);
+    assert_eq!(line(&mut co, "greeted"), "1");
+    srv.0.kill().expect("kill");
+    srv.0.wait().expect("reap");
+    let r = line(&mut co, "read");
+    assert!(
+        r == "eof" || r == "ConnectionReset",
+        "read after the peer died: {r}"
+    );
+    assert_eq!(line(&mut co, "nosignal_write"), libc::EPIPE.to_string());
+    let st = cli.0.wait().expect("reap client");
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGPIPE),
+        "write(2) to a dead peer: {st}"
+    );
+}
+
+#[test]
+fn close_while_another_thread_reads() {
+    let (_srv, mut so) = child("silent", "");
+    let port = line(&mut so, "port");
+    let (mut cli, mut co) = child("close_while_reading", &port);
+    assert_eq!(line(&mut co, "reader_returned"), "true");
+    assert!(cli.0.wait().expect("reap").success());
+}
+
+#[test]
+fn listener_shut_down_while_accept_blocks() {
+    let (mut c, mut out) = child("accept_then_shutdown", "");
+    assert_eq!(line(&mut out, "accept_returned"), "true");
+    assert!(c.0.wait().expect("reap").success());
+}
+
+#[test]
+fn interposed_and_plain_peers_talk_through_the_kernel() {
+    // Interposed client, plain server (this process).
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port().to_string();
+    let s = Scratch::new("plain");
+    let mut c = Command::new(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("LD_PRELOAD", library())
+        .env("VMMC_SOCK_STATS", s.stats_path())
+        .env("PRELOAD_ROLE", "echo_client")
+        .env("PRELOAD_ARG", &port)
+        .stdout(Stdio::piped());
+    let mut c = Server(c.spawn().expect("child"));
+    let (srv, _) = l.accept().expect("accept");
+    let mut line_in = String::new();
+    BufReader::new(&srv).read_line(&mut line_in).expect("line");
+    assert_eq!(line_in, "plain peer\n");
+    (&srv).write_all(b"from the kernel\n").expect("reply");
+    drop(srv);
+    let mut out = String::new();
+    c.0.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("out");
+    assert!(out.contains("back=from the kernel"), "{out}");
+    assert!(c.0.wait().expect("reap").success());
+    assert!(
+        s.stats().is_empty(),
+        "a plain peer went over VMMC: {:?}",
+        s.stats()
+    );
+
+    // Interposed server, plain client (this process).
+    let (_srv, mut so) = child("echo", "");
+    let port: u16 = line(&mut so, "port").parse().expect("port");
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    plain.write_all(b"hello kernel\n").expect("send");
+    let mut back = String::new();
+    plain.read_to_string(&mut back).expect("read");
+    assert_eq!(back, "hello kernel\n");
+}
