@@ -54,7 +54,7 @@ impl<C: Call> Call for &mut C {
 }
 
 /// A first transaction id that differs between processes and clients.
-fn initial_xid() -> u32 {
+pub(crate) fn initial_xid() -> u32 {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -85,6 +85,23 @@ pub enum Error {
     /// A socket operation failed.
     #[error("I/O: {0}")]
     Io(#[source] io::Error),
+    /// VRPC: the peer process of a binding is gone (it exited or was killed).
+    #[error("the peer is gone: {0}")]
+    PeerLost(String),
+    /// VRPC: a VMMC operation failed.
+    #[error("VMMC: {0}")]
+    Vmmc(#[source] vmmc::Error),
+}
+
+impl From<vmmc::Error> for Error {
+    fn from(e: vmmc::Error) -> Self {
+        match e {
+            vmmc::Error::PeerLost(who) => Error::PeerLost(who),
+            // The peer withdrew its queue: the binding is closed.
+            vmmc::Error::Unexported => Error::ConnectionClosed,
+            other => Error::Vmmc(other),
+        }
+    }
 }
 
 impl Error {

@@ -14,6 +14,13 @@
 //! - [`server`]: [`Service`](server::Service) and the multi-connection
 //!   [`Server`](server::Server), which registers with rpcbind and unregisters when stopped.
 //! - [`rpcbind`]: portmap v2 and rpcbind v3/v4 set, unset, getport/getaddr, dump.
+//! - [`vrpc`]: VRPC (seed 003 §4.2), the same calls over VMMC: [`VrpcClient`](vrpc::VrpcClient)
+//!   binds to a server process and implements [`Call`](client::Call), so generated client
+//!   stubs run over it unchanged; [`VrpcServer`](vrpc::VrpcServer) serves the same
+//!   [`Service`](server::Service)s. Each direction is a cyclic queue in a receive buffer of
+//!   the receiver, written by deliberate update, with a total-length word as its flag; the
+//!   stream layer is folded into XDR (calls are serialized straight into the outgoing record,
+//!   no copy on the sending side).
 //!
 //! # The contract with generated code
 //!
@@ -45,7 +52,9 @@
 //!   `AuthError(stat)`), plus `Timeout`, `Io`, `Xdr` and transport errors.
 //! - [`client::Call`]: `call(prog, vers, procedure, &args) -> Result<R, Error>`, implemented by
 //!   [`client::TcpClient`] and [`client::UdpClient`] (constructors `connect(SocketAddr)` and
-//!   `connect_rpcbind(host, prog, vers)`; `set_timeout`, UDP `set_retry`, `set_credential`).
+//!   `connect_rpcbind(host, prog, vers)`; `set_timeout`, UDP `set_retry`, `set_credential`),
+//!   and by [`vrpc::VrpcClient`] (`bind(&endpoint, server_process)`): the client picks the
+//!   transport when it binds, the generated code is the same.
 //! - [`server::Service`] (`program`, `version`, `dispatch(procedure, args, reply)` appending
 //!   the encoded results to `reply`) and [`server::DispatchError`] (`ProcUnavail`,
 //!   `GarbageArgs`, `SystemErr`). The generated dispatcher answers procedure 0 itself.
@@ -68,7 +77,8 @@
 //!
 //! The integration tests use rpcbind (started as `rpcbind -f` if not running), `rpcinfo`,
 //! a C compiler and libtirpc-dev (`cc -I/usr/include/tirpc x.c -ltirpc`); `scripts/setup.sh`
-//! installs them.
+//! installs them. The VRPC tests (`tests/vrpc.rs`) run their ranks under `vmmc-run`, which
+//! they build, and once on the simulated SHRIMP.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -79,6 +89,7 @@ pub mod msg;
 pub mod record;
 pub mod rpcbind;
 pub mod server;
+pub mod vrpc;
 pub mod xdr;
 
 mod error;

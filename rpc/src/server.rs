@@ -76,13 +76,19 @@ pub enum DispatchError {
     SystemErr,
 }
 
-/// The services of a server, and the reply to any call message.
-struct Registry {
+/// The services of a server, and the reply to any call message. Shared by the socket server
+/// and the VRPC server ([`crate::vrpc`]).
+pub(crate) struct Registry {
     services: Vec<Arc<dyn Service>>,
 }
 
-fn accepted(xid: u32, stat: AcceptStat, reply: &mut Vec<u8>) {
-    reply.clear();
+/// Starts `reply` afresh after its first `base` bytes (room a transport keeps for itself).
+fn restart(reply: &mut Vec<u8>, base: usize) {
+    reply.resize(base, 0);
+}
+
+fn accepted(xid: u32, stat: AcceptStat, reply: &mut Vec<u8>, base: usize) {
+    restart(reply, base);
     let msg = RpcMsg {
         xid,
         body: MsgBody::Reply(ReplyBody::Accepted {
@@ -94,8 +100,8 @@ fn accepted(xid: u32, stat: AcceptStat, reply: &mut Vec<u8>) {
     let _ = msg.encode(reply);
 }
 
-fn denied(xid: u32, rejected: RejectedReply, reply: &mut Vec<u8>) {
-    reply.clear();
+fn denied(xid: u32, rejected: RejectedReply, reply: &mut Vec<u8>, base: usize) {
+    restart(reply, base);
     let msg = RpcMsg {
         xid,
         body: MsgBody::Reply(ReplyBody::Denied(rejected)),
@@ -114,9 +120,35 @@ fn check_auth(cred: &OpaqueAuth) -> Result<(), AuthStat> {
 }
 
 impl Registry {
+    /// A registry of `services`: at least one, each (program, version) once.
+    pub(crate) fn new(services: Vec<Arc<dyn Service>>) -> Result<Registry, Error> {
+        if services.is_empty() {
+            return Err(Error::Config("a server needs at least one service".into()));
+        }
+        for (i, a) in services.iter().enumerate() {
+            if services[..i]
+                .iter()
+                .any(|b| (a.program(), a.version()) == (b.program(), b.version()))
+            {
+                return Err(Error::Config(format!(
+                    "program {} version {} added twice",
+                    a.program(),
+                    a.version()
+                )));
+            }
+        }
+        Ok(Registry { services })
+    }
+
     /// Writes the reply to `request` into `reply`; false if no reply is due (not a call).
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> bool {
-        reply.clear();
+        self.handle_at(request, reply, 0)
+    }
+
+    /// [`Registry::handle`], writing the reply after the first `base` bytes of `reply`
+    /// (their contents unspecified), which the caller keeps for its own header.
+    pub(crate) fn handle_at(&self, request: &[u8], reply: &mut Vec<u8>, base: usize) -> bool {
+        restart(reply, base);
         let Some(head) = request.get(..8) else {
             return false;
         };
@@ -133,7 +165,7 @@ impl Registry {
                 args,
             )) => (call, args),
             _ => {
-                accepted(xid, AcceptStat::GarbageArgs, reply);
+                accepted(xid, AcceptStat::GarbageArgs, reply, base);
                 return true;
             }
         };
@@ -142,11 +174,11 @@ impl Registry {
                 low: RPC_VERSION,
                 high: RPC_VERSION,
             };
-            denied(xid, range, reply);
+            denied(xid, range, reply, base);
             return true;
         }
         if let Err(stat) = check_auth(&call.cred) {
-            denied(xid, RejectedReply::AuthError(stat), reply);
+            denied(xid, RejectedReply::AuthError(stat), reply, base);
             return true;
         }
         let versions = self.services.iter().filter(|s| s.program() == call.prog);
@@ -163,10 +195,10 @@ impl Registry {
             } else {
                 AcceptStat::ProgMismatch { low, high }
             };
-            accepted(xid, stat, reply);
+            accepted(xid, stat, reply, base);
             return true;
         };
-        accepted(xid, AcceptStat::Success, reply);
+        accepted(xid, AcceptStat::Success, reply, base);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             service.dispatch(call.procedure, args, reply)
         }));
@@ -176,7 +208,7 @@ impl Registry {
             Ok(Err(DispatchError::GarbageArgs)) => AcceptStat::GarbageArgs,
             Ok(Err(DispatchError::SystemErr)) | Err(_) => AcceptStat::SystemErr,
         };
-        accepted(xid, stat, reply);
+        accepted(xid, stat, reply, base);
         true
     }
 }
@@ -343,21 +375,7 @@ impl ServerBuilder {
 
     /// Binds the sockets, registers with rpcbind if asked, and starts serving.
     pub fn start(self) -> Result<Server, Error> {
-        if self.services.is_empty() {
-            return Err(Error::Config("a server needs at least one service".into()));
-        }
-        for (i, a) in self.services.iter().enumerate() {
-            if self.services[..i]
-                .iter()
-                .any(|b| (a.program(), a.version()) == (b.program(), b.version()))
-            {
-                return Err(Error::Config(format!(
-                    "program {} version {} added twice",
-                    a.program(),
-                    a.version()
-                )));
-            }
-        }
+        let registry = Registry::new(self.services)?;
         let (tcp, udp) = match (self.tcp, self.udp) {
             (None, None) => {
                 let any: SocketAddr = (Ipv4Addr::UNSPECIFIED, 0).into();
@@ -370,9 +388,7 @@ impl ServerBuilder {
         let tcp_addr = listener.as_ref().map(TcpListener::local_addr).transpose()?;
         let udp_addr = udp_socket.as_ref().map(UdpSocket::local_addr).transpose()?;
         let shared = Arc::new(Shared {
-            registry: Registry {
-                services: self.services,
-            },
+            registry,
             stop: AtomicBool::new(false),
             max_record: self.max_record,
             next_conn: AtomicU64::new(0),

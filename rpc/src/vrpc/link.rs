@@ -1,0 +1,459 @@
+//! One side of a binding: the queue it receives on and the proxy of the queue it sends to
+//! (seed 003 §4.2). See the module documentation of [`crate::vrpc`] for the layout.
+
+use crate::record::LAST_FRAGMENT;
+use crate::Error;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use vmmc::{BufId, Endpoint, ExportOptions, MemKind, ProcId, Proxy, Region};
+
+/// Offset (after the ring) of the word holding the credit for the other direction.
+pub(crate) const CREDIT: usize = 0;
+/// Offset (after the ring) of the total bytes written into the ring: the flag.
+pub(crate) const TOTAL: usize = 4;
+/// Offset (after the ring) of the word set when the writer closes the binding.
+pub(crate) const CLOSED: usize = 8;
+/// Offset (after the ring) of the server's answer to a bind: queue id, queue size, sequence.
+pub(crate) const ACCEPT: usize = 12;
+/// Bytes of control words after the ring (room to spare: a cache line).
+pub(crate) const CONTROL: usize = 64;
+
+/// Ids of the queues this process exports: above the listen buffers, below NX's ids.
+const QUEUE_FIRST: BufId = 0x4100_0000;
+const QUEUE_SPAN: u32 = 0x0d00_0000;
+
+/// A queue size as used: a power of two in [`super::MIN_QUEUE`, `super::MAX_QUEUE`].
+pub(crate) fn check_queue(bytes: usize) -> Result<usize, Error> {
+    if (super::MIN_QUEUE..=super::MAX_QUEUE).contains(&bytes) && bytes.is_power_of_two() {
+        Ok(bytes)
+    } else {
+        Err(Error::Config(format!(
+            "a VRPC queue is a power of two from {} to {} bytes, not {bytes}",
+            super::MIN_QUEUE,
+            super::MAX_QUEUE
+        )))
+    }
+}
+
+/// Allocates and exports a queue of `cap` bytes that only `importer` may write.
+pub(crate) fn export_queue(
+    ep: &Endpoint,
+    cap: usize,
+    importer: ProcId,
+) -> Result<(Region, BufId), Error> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let region = ep.alloc(cap + CONTROL, MemKind::Shared)?;
+    // Ids in use (by another binding of this process) are skipped.
+    for _ in 0..1024 {
+        let id = QUEUE_FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % QUEUE_SPAN;
+        match ep.export(id, &region, ExportOptions::new().importers([importer])) {
+            Ok(()) => return Ok((region, id)),
+            Err(vmmc::Error::BufIdInUse(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Config(
+        "no free receive-buffer id for a VRPC queue".into(),
+    ))
+}
+
+/// The deadline `timeout` from now on the calling thread's clock.
+fn deadline(timeout: Option<Duration>) -> Option<u64> {
+    timeout.map(|t| {
+        vmmc::pace::now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+    })
+}
+
+/// Imports buffer `id` of `owner`, giving up if the owner dies or the timeout passes (a
+/// plain import would wait for an export that may never come).
+pub(crate) fn import_within(
+    ep: &Endpoint,
+    owner: ProcId,
+    id: BufId,
+    timeout: Option<Duration>,
+) -> Result<Proxy, Error> {
+    let deadline = deadline(timeout);
+    let mut req = ep.import_async(owner, id)?;
+    let mut spins = 0u32;
+    loop {
+        if let Some(proxy) = req.status()? {
+            return Ok(proxy);
+        }
+        ep.check_peer(owner)?;
+        if deadline.is_some_and(|d| vmmc::pace::now_ns() >= d) {
+            return Err(Error::Timeout);
+        }
+        vmmc::pace::relax(&mut spins);
+    }
+}
+
+fn bad(what: &str) -> Error {
+    Error::BadMessage(format!("VRPC queue: {what}"))
+}
+
+/// Waits until the word at `off` of `rx` satisfies `done`, giving up when `peer` dies, when
+/// the peer closes the binding (the CLOSED word of `rx` at `closed_off`), or at the deadline.
+pub(crate) fn wait_word(
+    ep: &Endpoint,
+    peer: ProcId,
+    rx: &Region,
+    off: usize,
+    closed_off: Option<usize>,
+    timeout: Option<Duration>,
+    done: impl FnMut(u32) -> bool,
+) -> Result<u32, Error> {
+    let deadline = deadline(timeout);
+    let mut why: Option<Error> = None;
+    let r = rx.wait_u32(off, done, || {
+        let e = if let Err(e) = ep.check_peer(peer) {
+            Error::from(e)
+        } else if closed_off.is_some_and(|c| rx.load_u32(c).is_ok_and(|v| v != 0)) {
+            Error::ConnectionClosed
+        } else if deadline.is_some_and(|d| vmmc::pace::now_ns() >= d) {
+            Error::Timeout
+        } else {
+            return Ok(());
+        };
+        why = Some(e);
+        Err(vmmc::Error::Protocol("VRPC wait given up".into()))
+    });
+    r.map_err(|e| why.take().unwrap_or_else(|| e.into()))
+}
+
+/// One side of a binding.
+pub(crate) struct Link {
+    ep: Endpoint,
+    /// The process at the other end.
+    pub(crate) peer: ProcId,
+    /// The queue this side receives on (exported, written by the peer).
+    rx: Region,
+    rx_id: BufId,
+    rx_cap: usize,
+    /// The peer's queue (imported).
+    tx: Proxy,
+    tx_cap: usize,
+    /// Bytes written into the peer's ring (wrapping).
+    sent: u32,
+    /// Bytes consumed from our ring (wrapping).
+    taken: u32,
+    /// How long a wait may last.
+    timeout: Option<Duration>,
+}
+
+impl Link {
+    /// A link over an exported queue and an imported one.
+    pub(crate) fn new(
+        ep: Endpoint,
+        peer: ProcId,
+        (rx, rx_id, rx_cap): (Region, BufId, usize),
+        (tx, tx_cap): (Proxy, usize),
+        timeout: Option<Duration>,
+    ) -> Link {
+        Link {
+            ep,
+            peer,
+            rx,
+            rx_id,
+            rx_cap,
+            tx,
+            tx_cap,
+            sent: 0,
+            taken: 0,
+            timeout,
+        }
+    }
+
+    fn wait(&self, off: usize, done: impl FnMut(u32) -> bool) -> Result<u32, Error> {
+        wait_word(
+            &self.ep,
+            self.peer,
+            &self.rx,
+            self.rx_cap + off,
+            Some(self.rx_cap + CLOSED),
+            self.timeout,
+            done,
+        )
+    }
+
+    /// Writes the server's answer to a bind into the client's queue (at `off`).
+    pub(crate) fn answer_bind(&self, off: usize, answer: &[u8]) -> Result<(), Error> {
+        Ok(self.tx.send(off, answer)?)
+    }
+
+    /// Sets how long a wait may last.
+    pub(crate) fn set_timeout(&mut self, timeout: Option<Duration>) {
+        self.timeout = timeout;
+    }
+
+    /// Whether a fragment has arrived and not been taken.
+    pub(crate) fn has_data(&self) -> bool {
+        self.rx
+            .load_u32(self.rx_cap + TOTAL)
+            .is_ok_and(|t| t != self.taken)
+    }
+
+    /// Whether the peer closed the binding.
+    pub(crate) fn peer_closed(&self) -> bool {
+        self.rx.load_u32(self.rx_cap + CLOSED).is_ok_and(|v| v != 0)
+    }
+
+    /// Whether the peer process is still running.
+    pub(crate) fn peer_alive(&self) -> bool {
+        self.ep.peer_alive(self.peer)
+    }
+
+    /// Sends `buf[4..]` as one record. The first word of `buf` is room for the record mark;
+    /// the contents of `buf` are spent (later fragments' marks overwrite sent data).
+    pub(crate) fn send_record(&mut self, buf: &mut Vec<u8>) -> Result<(), Error> {
+        let len = buf
+            .len()
+            .checked_sub(4)
+            .ok_or_else(|| bad("no room for the mark"))?;
+        // XDR messages are whole words already; anything else is padded.
+        buf.resize(4 + len.next_multiple_of(4), 0);
+        // Half a ring per fragment: the sender can write one while the receiver reads one.
+        let max = self.tx_cap / 2 - 4;
+        let mut p = 0;
+        loop {
+            let n = (len - p).min(max);
+            let last = p + n == len;
+            let mark = n as u32 | if last { LAST_FRAGMENT } else { 0 };
+            // The mark goes in the word before the fragment's data: the reserved first word,
+            // or the last word of the previous fragment, which has left.
+            buf[p..p + 4].copy_from_slice(&mark.to_be_bytes());
+            let end = p + 4 + n.next_multiple_of(4);
+            self.put(&buf[p..end])?;
+            if last {
+                return Ok(());
+            }
+            p += n;
+        }
+    }
+
+    /// Writes one fragment (mark and data, whole words) into the peer's ring, then the
+    /// control words.
+    fn put(&mut self, frag: &[u8]) -> Result<(), Error> {
+        let cap = self.tx_cap;
+        let need = frag.len();
+        let sent = self.sent;
+        let room = |credit: u32| {
+            let used = sent.wrapping_sub(credit) as usize;
+            used <= cap && cap - used >= need
+        };
+        if !room(self.rx.load_u32(self.rx_cap + CREDIT)?) {
+            self.wait(CREDIT, room)?;
+        }
+        let off = sent as usize & (cap - 1);
+        let first = need.min(cap - off);
+        self.tx.send(off, &frag[..first])?;
+        if first < need {
+            self.tx.send(0, &frag[first..])?;
+        }
+        self.sent = sent.wrapping_add(need as u32);
+        // [CREDIT, TOTAL] in one transfer, the total (the flag) last.
+        let mut ctl = [0u8; 8];
+        ctl[..4].copy_from_slice(&self.taken.to_ne_bytes());
+        ctl[4..].copy_from_slice(&self.sent.to_ne_bytes());
+        self.tx.send(cap + CREDIT, &ctl)?;
+        Ok(())
+    }
+
+    /// Receives one record into `out[..len]` and returns `len`. `out` only grows, so that a
+    /// buffer reused across records is not cleared each time.
+    pub(crate) fn recv_record(
+        &mut self,
+        out: &mut Vec<u8>,
+        max_record: usize,
+    ) -> Result<usize, Error> {
+        let cap = self.rx_cap;
+        let mut len = 0usize;
+        loop {
+            let taken = self.taken;
+            let mut total = self.rx.load_u32(cap + TOTAL)?;
+            if total == taken {
+                total = self.wait(TOTAL, |t| t != taken)?;
+            }
+            let avail = total.wrapping_sub(taken) as usize;
+            if !(4..=cap).contains(&avail) {
+                return Err(bad("the total runs ahead of the queue"));
+            }
+            let off = taken as usize & (cap - 1);
+            let mut mark = [0u8; 4];
+            self.rx.read(off, &mut mark)?;
+            let mark = u32::from_be_bytes(mark);
+            let n = (mark & !LAST_FRAGMENT) as usize;
+            let size = 4 + n.next_multiple_of(4);
+            if size > avail {
+                return Err(bad("a fragment longer than what was written"));
+            }
+            if len + n > max_record {
+                return Err(Error::RecordTooLarge {
+                    len: len + n,
+                    max: max_record,
+                });
+            }
+            if out.len() < len + n {
+                out.resize(len + n, 0);
+            }
+            // The one copy on the receiving side: out of the queue.
+            let start = (off + 4) & (cap - 1);
+            let first = n.min(cap - start);
+            self.rx.read(start, &mut out[len..len + first])?;
+            if first < n {
+                self.rx.read(0, &mut out[len + first..len + n])?;
+            }
+            len += n;
+            self.taken = taken.wrapping_add(size as u32);
+            if mark & LAST_FRAGMENT != 0 {
+                return Ok(len);
+            }
+            // The sender may be waiting for room for the next fragment. A peer that wrote
+            // the rest of the record and closed the binding no longer needs the credit, so
+            // a failure here is not the record's: if the rest is missing, the wait for it
+            // reports why.
+            let _ = self
+                .tx
+                .send(self.tx_cap + CREDIT, &self.taken.to_ne_bytes());
+        }
+    }
+}
+
+impl Drop for Link {
+    /// Tells the peer the binding is closed and withdraws our queue (the proxy of the peer's
+    /// queue is released with it). A dead peer is not told.
+    fn drop(&mut self) {
+        if self.ep.peer_alive(self.peer) {
+            let _ = self.tx.send(self.tx_cap + CLOSED, &1u32.to_ne_bytes());
+        }
+        let _ = self.ep.unexport(self.rx_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// This test process as a job of one: it exports queues and imports its own.
+    fn ep() -> Endpoint {
+        static EP: OnceLock<Endpoint> = OnceLock::new();
+        EP.get_or_init(|| vmmc_run::init().expect("a job of one"))
+            .clone()
+    }
+
+    /// Two links joined to each other: what one sends, the other receives.
+    fn pair(cap_a: usize, cap_b: usize, timeout: Duration) -> (Link, Link) {
+        let ep = ep();
+        let me = ep.me();
+        let (ra, ia) = export_queue(&ep, cap_a, me).unwrap();
+        let (rb, ib) = export_queue(&ep, cap_b, me).unwrap();
+        let pa = ep.import(me, ia).unwrap();
+        let pb = ep.import(me, ib).unwrap();
+        let t = Some(timeout);
+        (
+            Link::new(ep.clone(), me, (ra, ia, cap_a), (pb, cap_b), t),
+            Link::new(ep, me, (rb, ib, cap_b), (pa, cap_a), t),
+        )
+    }
+
+    fn record(data: &[u8]) -> Vec<u8> {
+        let mut v = vec![0; 4];
+        v.extend_from_slice(data);
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Records of any length, most larger than half a queue, through small queues of
+        /// both sizes, echoed by a second thread: every byte comes back, in order.
+        #[test]
+        fn records_cross_small_queues_in_order(
+            cap_a in prop::sample::select(vec![256usize, 512, 1024, 4096]),
+            cap_b in prop::sample::select(vec![256usize, 1024]),
+            lens in prop::collection::vec(0usize..9000, 1..12),
+            seed in any::<u8>(),
+        ) {
+            let (mut a, mut b) = pair(cap_a, cap_b, Duration::from_secs(20));
+            let n = lens.len();
+            let echo = std::thread::spawn(move || -> Result<(), Error> {
+                let mut buf = Vec::new();
+                for _ in 0..n {
+                    let len = b.recv_record(&mut buf, 1 << 20)?;
+                    let mut back = record(&buf[..len]);
+                    b.send_record(&mut back)?;
+                }
+                Ok(())
+            });
+            let mut got = Vec::new();
+            let mut ours = Ok(());
+            for (i, &len) in lens.iter().enumerate() {
+                let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8 ^ seed).collect();
+                let r = a
+                    .send_record(&mut record(&data))
+                    .and_then(|()| a.recv_record(&mut got, 1 << 20));
+                match r {
+                    Ok(n) => prop_assert!(got[..n] == data[..], "record {i} of {len} bytes"),
+                    Err(e) => {
+                        ours = Err(format!("record {i} of {len} bytes: {e}"));
+                        break;
+                    }
+                }
+            }
+            drop(a);
+            let theirs = echo.join().unwrap();
+            prop_assert!(theirs.is_ok() && ours.is_ok(), "echo: {theirs:?}, ours: {ours:?}");
+        }
+
+        /// Whatever a peer writes into a queue, receiving gives a record or an error, never a
+        /// panic or a read out of the queue.
+        #[test]
+        fn garbage_in_a_queue_is_an_error_not_a_panic(
+            ring in prop::collection::vec(any::<u8>(), 256),
+            total in prop_oneof![4u32..=260, any::<u32>()],
+            marks in prop::collection::vec((0usize..64, any::<u32>()), 0..4),
+        ) {
+            let (a, mut b) = pair(256, 256, Duration::from_millis(5));
+            b.rx.write(0, &ring).unwrap();
+            for (w, m) in marks {
+                b.rx.write(w * 4, &m.to_be_bytes()).unwrap();
+            }
+            b.rx.store_u32(256 + TOTAL, total).unwrap();
+            let mut out = Vec::new();
+            match b.recv_record(&mut out, 4096) {
+                Ok(n) => prop_assert!(n <= 4096),
+                Err(e) => prop_assert!(
+                    matches!(
+                        e,
+                        Error::BadMessage(_) | Error::RecordTooLarge { .. } | Error::Timeout
+                    ),
+                    "{e}"
+                ),
+            }
+            drop(a);
+        }
+    }
+
+    #[test]
+    fn a_closed_peer_ends_the_wait() {
+        let (a, mut b) = pair(256, 256, Duration::from_secs(30));
+        drop(a);
+        let mut out = Vec::new();
+        let r = b.recv_record(&mut out, 4096);
+        assert!(
+            matches!(r, Err(Error::ConnectionClosed)),
+            "{:?}",
+            r.map(|_| ())
+        );
+    }
+
+    #[test]
+    fn queue_sizes_are_powers_of_two_in_bounds() {
+        assert_eq!(check_queue(256).unwrap(), 256);
+        assert_eq!(check_queue(1 << 30).unwrap(), 1 << 30);
+        for bad in [0, 128, 300, 1000, 1 << 31] {
+            assert!(matches!(check_queue(bad), Err(Error::Config(_))), "{bad}");
+        }
+    }
+}
