@@ -18,6 +18,11 @@
 //! | 16 | `WAITS_DATA` | Y sleeps until X writes data |
 //! | 20 | `WAITS_SPACE` | Y sleeps until X consumes data |
 //! | 32 | `REFS` | (X's own) processes of X holding this end: a fork shares it |
+//! | 36 | `MY_HEAD` | (X's own) bytes X has consumed from this ring |
+//! | 40 | `MY_TAIL` | (X's own) bytes X has written into Y's ring |
+//!
+//! X keeps its own counters in its ring's header rather than in process memory, so that
+//! after a `fork` parent and child continue from the same positions.
 //!
 //! The data is written before its `TAIL` (release), so a reader that sees the tail (acquire)
 //! sees the data: the "flag after the data" guarantee of DESIGN.md. A side that finds nothing
@@ -48,6 +53,8 @@ const CLOSED: usize = 12;
 const WAITS_DATA: usize = 16;
 const WAITS_SPACE: usize = 20;
 const REFS: usize = 32;
+const MY_HEAD: usize = 36;
+const MY_TAIL: usize = 40;
 
 /// Default data capacity of a ring: 1 MiB, enough to keep a 64 KB writer streaming.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
@@ -71,7 +78,6 @@ pub struct RecvFlags {
 }
 
 struct Tx {
-    tail: u32,
     staging: Vec<u8>,
     au_image: Vec<u8>,
 }
@@ -83,7 +89,8 @@ pub struct Conn {
     cap: usize,
     variant: Variant,
     setup: TcpStream,
-    rx: Mutex<u32>,
+    /// Serialises this process's readers (the position is `MY_HEAD`).
+    rx: Mutex<()>,
     tx: Mutex<Tx>,
     peer_gone: AtomicBool,
     rd_shut: AtomicBool,
@@ -141,9 +148,8 @@ impl Conn {
             cap,
             variant,
             setup,
-            rx: Mutex::new(0),
+            rx: Mutex::new(()),
             tx: Mutex::new(Tx {
-                tail: 0,
                 staging: Vec::new(),
                 au_image: if variant == Variant::Au {
                     vec![0; cap]
@@ -302,8 +308,7 @@ impl Conn {
 
     /// Bytes ready to read now.
     pub fn readable_bytes(&self) -> usize {
-        let head = *self.rx.lock().unwrap_or_else(|e| e.into_inner());
-        word(&self.incoming, TAIL).wrapping_sub(head) as usize
+        word(&self.incoming, TAIL).wrapping_sub(word(&self.incoming, MY_HEAD)) as usize
     }
 
     /// Whether a read would not block: data, end of file, or a lost peer.
@@ -316,7 +321,7 @@ impl Conn {
 
     /// Whether a write would not block: space, or an error to report.
     pub fn is_writable(&self) -> bool {
-        let tail = self.tx.lock().unwrap_or_else(|e| e.into_inner()).tail;
+        let tail = word(&self.incoming, MY_TAIL);
         self.space(tail) > 0 || self.write_error().is_some()
     }
 
@@ -421,8 +426,9 @@ impl Conn {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut head = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let _readers = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         loop {
+            let head = &mut word(&self.incoming, MY_HEAD);
             let tail = word(&self.incoming, TAIL);
             let avail = tail.wrapping_sub(*head) as usize;
             if avail > 0 {
@@ -441,6 +447,7 @@ impl Conn {
                     return Ok(n);
                 }
                 *head = head.wrapping_add(n as u32);
+                store(&self.incoming, MY_HEAD, *head);
                 // Tell the writer, in its own ring, how far we consumed.
                 store(&self.outgoing, ACK, *head);
                 fence(Ordering::SeqCst);
@@ -492,13 +499,15 @@ impl Conn {
             if let Some(e) = self.write_error() {
                 return Err(e);
             }
-            let space = self.space(tx.tail);
+            let tail = word(&self.incoming, MY_TAIL);
+            let space = self.space(tail);
             if space > 0 {
                 let n = space.min(buf.len());
-                self.put(&mut tx, &buf[..n])?;
-                tx.tail = tx.tail.wrapping_add(n as u32);
+                self.put(&mut tx, tail, &buf[..n])?;
+                let tail = tail.wrapping_add(n as u32);
+                store(&self.incoming, MY_TAIL, tail);
                 // The tail after the data: the reader that sees it sees the bytes.
-                store(&self.outgoing, TAIL, tx.tail);
+                store(&self.outgoing, TAIL, tail);
                 fence(Ordering::SeqCst);
                 if word(&self.incoming, WAITS_DATA) != 0 {
                     self.wake_peer();
@@ -510,7 +519,7 @@ impl Conn {
             if dontwait || self.nonblocking.load(Ordering::Relaxed) {
                 return Err(would_block());
             }
-            let t = tx.tail;
+            let t = tail;
             self.wait(
                 || self.space(t) > 0 || self.write_error().is_some(),
                 WAITS_SPACE,
@@ -520,8 +529,8 @@ impl Conn {
     }
 
     /// Moves `data` into the peer's ring at the current tail with this connection's variant.
-    fn put(&self, tx: &mut Tx, data: &[u8]) -> io::Result<()> {
-        let pos = tx.tail as usize & (self.cap - 1);
+    fn put(&self, tx: &mut Tx, tail: u32, data: &[u8]) -> io::Result<()> {
+        let pos = tail as usize & (self.cap - 1);
         let first = data.len().min(self.cap - pos);
         let pieces = [(pos, &data[..first]), (0, &data[first..])];
         for (at, piece) in pieces {

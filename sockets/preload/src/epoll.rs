@@ -7,6 +7,11 @@
 //! new data (the peer's tail moved), new space (the peer's consumed count moved), the peer's
 //! end. A one-shot interest is disabled after one report until `EPOLL_CTL_MOD`. A descriptor
 //! may be in several sets: each set keeps its own interest.
+//!
+//! Nesting: an epoll set with VMMC members that is itself in another set stays registered
+//! with the kernel as the program asked (its kernel members and its members' wake-up bytes
+//! make it readable), and the outer set also looks at the inner set's rings and asks the
+//! inner members' peers for wake-ups before it sleeps.
 
 use crate::poll::SPIN;
 use crate::real::real;
@@ -29,10 +34,15 @@ struct Watch {
     disabled: bool,
 }
 
-/// One epoll instance's VMMC members.
+/// Epoll sets nested in a set, by descriptor: the inner set, the events and data the program
+/// registered it with.
+type Nested = BTreeMap<i32, (Arc<EpollSet>, u32, u64)>;
+
+/// One epoll instance's VMMC members, and the epoll sets nested in it.
 #[derive(Default)]
 pub struct EpollSet {
     watches: Mutex<BTreeMap<i32, Watch>>,
+    nested: Mutex<Nested>,
 }
 
 fn real_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> i32 {
@@ -134,10 +144,55 @@ impl EpollSet {
         if self.lock().remove(&fd).is_some() {
             real_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
         }
+        self.nested_lock().remove(&fd);
+    }
+
+    fn nested_lock(&self) -> std::sync::MutexGuard<'_, Nested> {
+        self.nested.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `epoll_ctl` for an epoll set `fd` nested in this one: the kernel registers it as
+    /// usual, and this set remembers it to look at its rings.
+    pub fn ctl_nested(
+        &self,
+        epfd: i32,
+        op: i32,
+        fd: i32,
+        inner: Arc<EpollSet>,
+        ev: *mut libc::epoll_event,
+    ) -> i32 {
+        if std::ptr::eq(self, Arc::as_ptr(&inner)) {
+            crate::set_errno(libc::EINVAL);
+            return -1;
+        }
+        let rc = real_ctl(epfd, op, fd, ev);
+        if rc == 0 {
+            let mut n = self.nested_lock();
+            if op == libc::EPOLL_CTL_DEL || ev.is_null() {
+                n.remove(&fd);
+            } else {
+                // SAFETY: a valid event (the kernel accepted it).
+                let e = unsafe { *ev };
+                n.insert(fd, (inner, e.events, e.u64));
+            }
+        }
+        rc
     }
 
     fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().is_empty() && self.nested_lock().values().all(|(s, _, _)| s.is_empty())
+    }
+
+    /// Whether a member's rings have something to report (without consuming edge state).
+    fn any_ready(&self) -> bool {
+        let w = self.lock();
+        w.values().any(|watch| {
+            let c = &watch.conn;
+            !watch.disabled
+                && ((watch.events & libc::EPOLLIN as u32 != 0 && c.is_readable())
+                    || (watch.events & libc::EPOLLOUT as u32 != 0 && c.is_writable())
+                    || c.peer_lost())
+        }) || self.nested_lock().values().any(|(s, _, _)| s.any_ready())
     }
 
     /// Fills `out` with the VMMC members' events; returns how many.
@@ -191,6 +246,16 @@ impl EpollSet {
                 n += 1;
             }
         }
+        drop(w);
+        for (inner, events, data) in self.nested_lock().values() {
+            if n < out.len() && events & libc::EPOLLIN as u32 != 0 && inner.any_ready() {
+                out[n] = libc::epoll_event {
+                    events: libc::EPOLLIN as u32,
+                    u64: *data,
+                };
+                n += 1;
+            }
+        }
         n
     }
 
@@ -206,6 +271,9 @@ impl EpollSet {
             } else {
                 w.conn.disarm(r, wr);
             }
+        }
+        for (inner, _, _) in self.nested_lock().values() {
+            inner.arm(on);
         }
     }
 

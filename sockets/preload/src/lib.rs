@@ -19,8 +19,8 @@
 //! would; nothing unwinds into C (a panic aborts with a message).
 //!
 //! Known limits: after `exec` the new image no longer knows its inherited VMMC connections;
-//! an epoll set containing VMMC connections that is itself polled (nested epoll) sees only
-//! their wake-ups; a process connecting to its own listener from the thread that must
+//! an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
+//! epoll set) wakes on their wake-up bytes only; a process connecting to its own listener from the thread that must
 //! accept deadlocks the setup until its 5 s timeout.
 
 #![deny(missing_docs)]
@@ -1042,10 +1042,16 @@ pub unsafe extern "C" fn epoll_ctl(
     ev: *mut libc::epoll_event,
 ) -> c_int {
     if known(epfd) && known(fd) {
-        if let (Some(Entry::Epoll(set)), Some(c)) = (table::get(epfd), table::conn(fd)) {
-            // SAFETY: the caller's event, if any.
-            let e = (!ev.is_null()).then(|| unsafe { *ev });
-            return guard(|| set.ctl(epfd, op, fd, c, e));
+        match (table::get(epfd), table::get(fd)) {
+            (Some(Entry::Epoll(set)), Some(Entry::Vmmc(c))) => {
+                // SAFETY: the caller's event, if any.
+                let e = (!ev.is_null()).then(|| unsafe { *ev });
+                return guard(|| set.ctl(epfd, op, fd, c, e));
+            }
+            (Some(Entry::Epoll(set)), Some(Entry::Epoll(inner))) => {
+                return guard(|| set.ctl_nested(epfd, op, fd, inner, ev));
+            }
+            _ => {}
         }
     }
     // SAFETY: the C library's epoll_ctl.

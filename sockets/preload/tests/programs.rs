@@ -571,6 +571,22 @@ fn role() {
             s.read_to_string(&mut back).expect("read");
             println!("back={}", back.trim());
         }
+        "semantics" => semantics(),
+        // Connects to a silent server and waits in epoll_wait with no timeout.
+        "idle_client" => {
+            let s = TcpStream::connect(("127.0.0.1", arg.parse::<u16>().expect("port")))
+                .expect("connect");
+            let ep = ep_create();
+            ep_ctl(
+                ep,
+                libc::EPOLL_CTL_ADD,
+                s.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                1,
+            );
+            println!("waiting=1");
+            let _ = ep_wait(ep, -1);
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -655,4 +671,316 @@ fn interposed_and_plain_peers_talk_through_the_kernel() {
     let mut back = String::new();
     plain.read_to_string(&mut back).expect("read");
     assert_eq!(back, "hello kernel\n");
+}
+
+/// A connected pair of interposed sockets inside one process (accept in a thread).
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let t = std::thread::spawn(move || l.accept().expect("accept").0);
+    let a = TcpStream::connect(addr).expect("connect");
+    (a, t.join().expect("accept thread"))
+}
+
+fn ep_create() -> i32 {
+    // SAFETY: plain system call.
+    let ep = unsafe { libc::epoll_create1(0) };
+    assert!(ep >= 0, "epoll_create1");
+    ep
+}
+
+fn ep_ctl(ep: i32, op: i32, fd: i32, events: u32, data: u64) {
+    let mut ev = libc::epoll_event { events, u64: data };
+    // SAFETY: a valid event.
+    let rc = unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) };
+    assert_eq!(
+        rc,
+        0,
+        "epoll_ctl({op}) on {fd}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The events epoll_wait reports within `ms`, as (events, data).
+fn ep_wait(ep: i32, ms: i32) -> Vec<(u32, u64)> {
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+    // SAFETY: a valid array of 8 events.
+    let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 8, ms) };
+    assert!(n >= 0, "epoll_wait: {}", std::io::Error::last_os_error());
+    evs[..n as usize]
+        .iter()
+        .map(|e| (e.events, e.u64))
+        .collect()
+}
+
+fn poll_in(fd: i32, ms: i32) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    assert!(n >= 0, "poll");
+    p.revents
+}
+
+fn select_readable(fd: i32, ms: Option<i64>) -> bool {
+    // SAFETY: a zeroed fd_set filled with FD_SET; a valid timeval or null.
+    unsafe {
+        let mut set: libc::fd_set = std::mem::zeroed();
+        libc::FD_SET(fd, &mut set);
+        let mut tv = ms.map(|ms| libc::timeval {
+            tv_sec: ms / 1000,
+            tv_usec: (ms % 1000) * 1000,
+        });
+        let tvp = tv.as_mut().map_or(std::ptr::null_mut(), |t| t as *mut _);
+        let n = libc::select(
+            fd + 1,
+            &mut set,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            tvp,
+        );
+        assert!(n >= 0, "select");
+        n == 1 && libc::FD_ISSET(fd, &set)
+    }
+}
+
+fn fionread(fd: i32) -> i32 {
+    let mut n: i32 = -1;
+    // SAFETY: FIONREAD into an int.
+    assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) }, 0);
+    n
+}
+
+/// Writes `data` on `s` from another thread after a moment, so that the caller is asleep
+/// in its wait when the data comes.
+fn write_later(s: &TcpStream, data: &'static [u8]) -> std::thread::JoinHandle<()> {
+    let mut w = s.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        w.write_all(data).expect("write later");
+    })
+}
+
+fn semantics() {
+    const IN: u32 = libc::EPOLLIN as u32;
+    let (mut a, mut b) = pair();
+    let fa = a.as_raw_fd();
+
+    // Level-triggered, edge-triggered and one-shot interest in one descriptor, in three sets.
+    let (lt, et, one) = (ep_create(), ep_create(), ep_create());
+    ep_ctl(lt, libc::EPOLL_CTL_ADD, fa, IN, 1);
+    ep_ctl(et, libc::EPOLL_CTL_ADD, fa, IN | libc::EPOLLET as u32, 2);
+    ep_ctl(
+        one,
+        libc::EPOLL_CTL_ADD,
+        fa,
+        IN | libc::EPOLLONESHOT as u32,
+        3,
+    );
+    assert!(ep_wait(lt, 0).is_empty(), "readable before any data");
+    b.write_all(b"x").expect("x");
+    assert_eq!(ep_wait(lt, 1000), vec![(IN, 1)]);
+    assert_eq!(
+        ep_wait(lt, 0),
+        vec![(IN, 1)],
+        "level-triggered reports again"
+    );
+    assert_eq!(ep_wait(et, 1000), vec![(IN, 2)]);
+    assert!(ep_wait(et, 50).is_empty(), "edge-triggered reported twice");
+    assert_eq!(ep_wait(one, 1000), vec![(IN, 3)]);
+    b.write_all(b"y").expect("y");
+    assert_eq!(ep_wait(et, 1000), vec![(IN, 2)], "new data is a new edge");
+    assert!(
+        ep_wait(one, 50).is_empty(),
+        "one-shot reported before re-arming"
+    );
+    ep_ctl(
+        one,
+        libc::EPOLL_CTL_MOD,
+        fa,
+        IN | libc::EPOLLONESHOT as u32,
+        4,
+    );
+    assert_eq!(ep_wait(one, 1000), vec![(IN, 4)]);
+    println!("ok=epoll-lt-et-oneshot-two-sets");
+
+    // FIONREAD counts what waits in the ring.
+    assert_eq!(fionread(fa), 2);
+    let mut buf = [0u8; 2];
+    a.read_exact(&mut buf).expect("xy");
+    assert_eq!(&buf, b"xy");
+    assert_eq!(fionread(fa), 0);
+    println!("ok=fionread");
+
+    // Nested: a set holding the level-triggered set reports it when a member is ready.
+    let outer = ep_create();
+    ep_ctl(outer, libc::EPOLL_CTL_ADD, lt, IN, 77);
+    assert!(ep_wait(outer, 0).is_empty());
+    let w = write_later(&b, b"n");
+    assert_eq!(ep_wait(outer, 5000), vec![(IN, 77)], "nested set not woken");
+    w.join().expect("writer");
+    assert_eq!(ep_wait(lt, 0), vec![(IN, 1)]);
+    a.read_exact(&mut buf[..1]).expect("n");
+    println!("ok=nested-epoll");
+
+    // A sleeping edge-triggered wait is woken by new data.
+    let _ = ep_wait(et, 0);
+    let w = write_later(&b, b"w");
+    assert_eq!(
+        ep_wait(et, 5000),
+        vec![(IN, 2)],
+        "sleeping epoll_wait not woken"
+    );
+    w.join().expect("writer");
+    a.read_exact(&mut buf[..1]).expect("w");
+    println!("ok=epoll-sleep-wake");
+
+    // poll and select: nothing, then woken from sleep.
+    assert_eq!(poll_in(fa, 0), 0);
+    let w = write_later(&b, b"p");
+    assert_ne!(poll_in(fa, 5000) & libc::POLLIN, 0, "poll not woken");
+    w.join().expect("writer");
+    a.read_exact(&mut buf[..1]).expect("p");
+    assert!(!select_readable(fa, Some(0)));
+    let w = write_later(&b, b"s");
+    assert!(select_readable(fa, None), "select not woken");
+    w.join().expect("writer");
+    a.read_exact(&mut buf[..1]).expect("s");
+    println!("ok=poll-select");
+
+    // EPOLLOUT on a ring with room; O_NONBLOCK reads give EAGAIN.
+    let out = ep_create();
+    ep_ctl(
+        out,
+        libc::EPOLL_CTL_ADD,
+        b.as_raw_fd(),
+        libc::EPOLLOUT as u32,
+        9,
+    );
+    assert_eq!(ep_wait(out, 1000), vec![(libc::EPOLLOUT as u32, 9)]);
+    a.set_nonblocking(true).expect("nonblocking");
+    assert_eq!(
+        a.read(&mut buf).expect_err("no data").kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    a.set_nonblocking(false).expect("blocking");
+    println!("ok=epollout-nonblock");
+
+    // fork: the child writes on the inherited socket and exits; the parent's end still
+    // works, and the connection ends only when the parent closes too.
+    // SAFETY: fork; the child only writes and exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let ok = (&a).write_all(b"from child").is_ok();
+        // SAFETY: ending the child (exit runs the library's destructor).
+        unsafe { libc::exit(if ok { 0 } else { 3 }) };
+    }
+    let mut st = 0;
+    // SAFETY: waiting for our child.
+    unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert!(
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+        "child: {st}"
+    );
+    let mut got = [0u8; 10];
+    b.read_exact(&mut got).expect("child's bytes");
+    assert_eq!(&got, b"from child");
+    a.write_all(b"parent").expect("parent still writes");
+    let mut p6 = [0u8; 6];
+    b.read_exact(&mut p6).expect("parent's bytes");
+    assert_eq!(&p6, b"parent");
+    println!("ok=fork");
+
+    // dup: the duplicate keeps the connection open after the original closes.
+    // SAFETY: dup of our descriptor.
+    let d = unsafe { libc::dup(fa) };
+    assert!(d >= 0);
+    drop(a);
+    b.write_all(b"d").expect("d");
+    let mut one_byte = [0u8; 1];
+    // SAFETY: reading into a valid buffer.
+    assert_eq!(unsafe { libc::read(d, one_byte.as_mut_ptr().cast(), 1) }, 1);
+    assert_eq!(&one_byte, b"d");
+    // SAFETY: closing our descriptor.
+    unsafe { libc::close(d) };
+    let mut rest = Vec::new();
+    b.read_to_end(&mut rest)
+        .expect("end of file after the last close");
+    assert!(rest.is_empty());
+    println!("ok=dup");
+}
+
+#[test]
+fn epoll_poll_select_fork_dup_semantics() {
+    let s = Scratch::new("semantics");
+    let mut c = s.cmd(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("PRELOAD_ROLE", "semantics");
+    let out = c.output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for check in [
+        "epoll-lt-et-oneshot-two-sets",
+        "fionread",
+        "nested-epoll",
+        "epoll-sleep-wake",
+        "poll-select",
+        "epollout-nonblock",
+        "fork",
+        "dup",
+    ] {
+        assert!(
+            text.contains(&format!("ok={check}")),
+            "{check} not reached:\n{text}"
+        );
+    }
+    // The pair really was a VMMC connection.
+    let st = s.stats();
+    assert!(
+        st.values().map(|v| v.0).sum::<u64>() >= 20,
+        "no bytes through rings: {st:?}"
+    );
+}
+
+#[test]
+fn an_idle_program_sleeps() {
+    // A server blocked in read and a client blocked in epoll_wait, both idle: after the
+    // spinning phase neither uses the processor.
+    let (_srv, mut so) = child("silent", "");
+    let port = line(&mut so, "port");
+    let (cli, mut co) = child("idle_client", &port);
+    assert_eq!(line(&mut co, "waiting"), "1");
+    let cpu = |pid: u32| -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let f: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .expect("fields")
+            .split_whitespace()
+            .collect();
+        // utime and stime are fields 14 and 15 (1-based; 12 and 13 after the name).
+        let ticks: f64 =
+            f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime");
+        // SAFETY: sysconf has no preconditions.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    };
+    let before = (cpu(cli.0.id()), cpu(_srv.0.id()));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let wall = t0.elapsed().as_secs_f64();
+    let after = (cpu(cli.0.id()), cpu(_srv.0.id()));
+    let used = (after.0 - before.0, after.1 - before.1);
+    assert!(
+        used.0 < 0.2 * wall && used.1 < 0.2 * wall,
+        "idle processes used {used:?} s of CPU in {wall:.2} s"
+    );
 }
