@@ -7,6 +7,11 @@
 //! ratios against kernel TCP (targets: 64 B one-way latency <= 1/10 of TCP's, 64 KB
 //! throughput >= 2x TCP's), writes `sockets.json`.
 //!
+//! The same comparison with unmodified programs follows when they are installed: sockperf
+//! ping-pong (one-way latency) and throughput at 64 B, 7 KB and 65000 B (sockperf's TCP
+//! maximum) and iperf3, each under `LD_PRELOAD=libvmmc_sockets.so` (built beside this
+//! program) and over kernel TCP loopback, alternating, medians over the rounds.
+//!
 //! `bench-sockets [--rounds K] [--quick] [--out DIR]`
 
 #![forbid(unsafe_code)]
@@ -312,6 +317,7 @@ fn main() {
     report
         .notes
         .push("kernel TCP with TCP_NODELAY, blocking; VMMC spins briefly, then sleeps".into());
+    programs(rounds, quick, &mut report);
     print_table(&report);
     if let Err(e) =
         std::fs::create_dir_all(&out).and_then(|_| write_json(&report, &out.join("sockets.json")))
@@ -320,4 +326,234 @@ fn main() {
         std::process::exit(1);
     }
     println!("\nwrote {}", out.join("sockets.json").display());
+}
+
+/// The number after `key` in a program's output.
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let at = text.find(key)? + key.len();
+    let t = text[at..].trim_start();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    t[..end].parse().ok()
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Runs `program args` (under the library when `preload`) and returns its output.
+fn run(program: &str, args: &[String], preload: Option<&PathBuf>) -> Option<String> {
+    let mut c = Command::new(program);
+    c.args(args).stdin(Stdio::null()).stderr(Stdio::null());
+    if let Some(lib) = preload {
+        c.env("LD_PRELOAD", lib);
+    }
+    let out = c.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// A server program under the library or not, stopped when dropped.
+struct Program(Child);
+
+impl Program {
+    fn start(program: &str, args: &[String], preload: Option<&PathBuf>, port: u16) -> Program {
+        let mut c = Command::new(program);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(lib) = preload {
+            c.env("LD_PRELOAD", lib);
+        }
+        let p = Program(c.spawn().expect("server program"));
+        // Ready when something accepts on the port (a probe connection is harmless to a
+        // sockperf server; iperf3 is started without --one-off).
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed().as_secs() < 20,
+                "{program} does not listen on {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        p
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// sockperf and iperf3 with and without the interposer.
+fn programs(rounds: usize, quick: bool, report: &mut Report) {
+    let lib = std::env::current_exe()
+        .expect("exe")
+        .with_file_name("libvmmc_sockets.so");
+    if !lib.exists() {
+        eprintln!("{} not built: no program comparison", lib.display());
+        return;
+    }
+    let sizes: &[usize] = if quick { &[64] } else { &[64, 7 * 1024, 65000] };
+    let secs = "1".to_string();
+    let modes = [("vmmc", Some(&lib)), ("tcp", None)];
+    let mut lat: BTreeMap<(&str, usize), Vec<f64>> = BTreeMap::new();
+    let mut tput: BTreeMap<(&str, usize), Vec<f64>> = BTreeMap::new();
+    let mut iperf: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    if have("sockperf") {
+        for r in 0..rounds {
+            eprintln!("sockperf round {}/{rounds}", r + 1);
+            for (mode, pre) in modes {
+                let port = free_port();
+                let p = port.to_string();
+                let ip = "127.0.0.1".to_string();
+                let _srv = Program::start(
+                    "sockperf",
+                    &[
+                        "sr".into(),
+                        "--tcp".into(),
+                        "-i".into(),
+                        ip.clone(),
+                        "-p".into(),
+                        p.clone(),
+                    ],
+                    pre,
+                    port,
+                );
+                for &size in sizes {
+                    let m = size.to_string();
+                    let base = |kind: &str| -> Vec<String> {
+                        [kind, "--tcp", "-i", &ip, "-p", &p, "-t", &secs, "-m", &m]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect()
+                    };
+                    // sockperf's table of sequence numbers overflows ("_seqN >
+                    // m_maxSequenceNo") at the round-trip rate VMMC reaches: cap the rate at
+                    // 10^6 messages/s for both modes (kernel TCP stays far below it).
+                    let mut pp = base("pp");
+                    pp.push("--mps=1000000".into());
+                    if let Some(v) =
+                        run("sockperf", &pp, pre).and_then(|o| number_after(&o, "avg-latency="))
+                    {
+                        lat.entry((mode, size)).or_default().push(v);
+                    }
+                    if !quick {
+                        if let Some(v) = run("sockperf", &base("tp"), pre)
+                            .and_then(|o| number_after(&o, "BandWidth is"))
+                        {
+                            tput.entry((mode, size)).or_default().push(v);
+                        }
+                    }
+                }
+            }
+        }
+    } else {
+        eprintln!("sockperf not installed: no sockperf comparison");
+    }
+    if have("iperf3") {
+        for r in 0..rounds {
+            eprintln!("iperf3 round {}/{rounds}", r + 1);
+            for (mode, pre) in modes {
+                let port = free_port();
+                let p = port.to_string();
+                let _srv =
+                    Program::start("iperf3", &["-s".into(), "-p".into(), p.clone()], pre, port);
+                let args: Vec<String> = ["-c", "127.0.0.1", "-p", &p, "-t", &secs, "-J"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                if let Some(v) = run("iperf3", &args, pre)
+                    .and_then(|o| serde_json::from_str::<serde_json::Value>(&o).ok())
+                    .and_then(|j| j["end"]["sum_received"]["bits_per_second"].as_f64())
+                {
+                    iperf.entry(mode).or_default().push(v / 1e9);
+                }
+            }
+        }
+    } else {
+        eprintln!("iperf3 not installed: no iperf3 comparison");
+    }
+    for (mode, _) in modes {
+        let mut ls = Series::new(format!("sockperf-{mode} lat"));
+        let mut ts = Series::new(format!("sockperf-{mode} tput"));
+        for &size in sizes {
+            if let Some(v) = lat.get_mut(&(mode, size)) {
+                let l = median(v);
+                ls.points.push(Point {
+                    size,
+                    latency_us: l,
+                    bandwidth_mbs: size as f64 / l,
+                });
+            }
+            if let Some(v) = tput.get_mut(&(mode, size)) {
+                let t = median(v);
+                ts.points.push(Point {
+                    size,
+                    latency_us: size as f64 / t,
+                    bandwidth_mbs: t,
+                });
+            }
+        }
+        for s in [ls, ts] {
+            if !s.points.is_empty() {
+                report.push(s);
+            }
+        }
+        if let Some(v) = iperf.get_mut(mode) {
+            report
+                .baselines
+                .insert(format!("iperf3-{mode} Gbit/s"), median(v));
+        }
+    }
+    for &size in sizes {
+        let pick = |m: &BTreeMap<(&str, usize), Vec<f64>>, mode| {
+            m.get(&(mode, size)).map(|v| {
+                let mut v = v.clone();
+                median(&mut v)
+            })
+        };
+        if let (Some(v), Some(t)) = (pick(&lat, "vmmc"), pick(&lat, "tcp")) {
+            let target = if size == 64 { " (target <= 0.1)" } else { "" };
+            report.ratios.insert(
+                format!("sockperf vmmc/tcp one-way latency {size} B{target}"),
+                v / t,
+            );
+        }
+        if let (Some(v), Some(t)) = (pick(&tput, "vmmc"), pick(&tput, "tcp")) {
+            let target = if size == 65000 { " (target >= 2)" } else { "" };
+            report.ratios.insert(
+                format!("sockperf vmmc/tcp throughput {size} B{target}"),
+                v / t,
+            );
+        }
+    }
+    if let (Some(v), Some(t)) = (
+        report.baselines.get("iperf3-vmmc Gbit/s"),
+        report.baselines.get("iperf3-tcp Gbit/s"),
+    ) {
+        report
+            .ratios
+            .insert("iperf3 vmmc/tcp throughput".into(), v / t);
+    }
+    report.notes.push(
+        "sockperf: pp = avg one-way latency (us, --mps=1000000), tp = bandwidth (MB/s), default (blocking recvfrom) mode for both; vmmc = LD_PRELOAD=libvmmc_sockets.so on client and server".into(),
+    );
 }

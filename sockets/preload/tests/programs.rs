@@ -234,6 +234,7 @@ fn sockperf_ping_pong_and_throughput() {
         "1",
         "-m",
         "64",
+        "--mps=1000000",
     ]);
     let out = run_ok(pp, "sockperf ping-pong");
     let got = field(&out, "ReceivedMessages=");
