@@ -140,8 +140,20 @@ impl Conn {
         variant: Variant,
         setup: TcpStream,
     ) -> Conn {
-        add(&COUNTERS.connections, 1);
         store(&incoming, REFS, 1);
+        Conn::restore(incoming, outgoing, cap, variant, setup)
+    }
+
+    /// Rebuilds a connection whose rings another image of this process set up (after
+    /// `exec`): the positions and the process count in the header are kept.
+    pub fn restore(
+        incoming: Region,
+        outgoing: Region,
+        cap: usize,
+        variant: Variant,
+        setup: TcpStream,
+    ) -> Conn {
+        add(&COUNTERS.connections, 1);
         Conn {
             incoming,
             outgoing,
@@ -167,6 +179,22 @@ impl Conn {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
         }
+    }
+
+    /// The descriptors of the incoming and outgoing rings' files, and the two rings' data
+    /// capacities (what [`Conn::restore`] needs after `exec`).
+    pub fn ring_fds(&self) -> Option<(RawFd, RawFd, usize, usize)> {
+        Some((
+            self.incoming.fd()?,
+            self.outgoing.fd()?,
+            self.incoming.len() - HEADER,
+            self.cap,
+        ))
+    }
+
+    /// Whether the connection is in non-blocking mode.
+    pub fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
     }
 
     /// The setup socket's descriptor (this connection's own; the preload library polls it).

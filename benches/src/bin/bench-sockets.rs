@@ -246,7 +246,7 @@ fn main() {
                     .entry(size)
                     .or_default()
                     .push(l);
-                let t = s.throughput(size, (stream_bytes / size as u64).max(16));
+                let t = s.throughput(size, (stream_bytes / size as u64).clamp(16, 200_000));
                 tput.entry(s.kind)
                     .or_default()
                     .entry(size)

@@ -18,8 +18,12 @@
 //! and allocates nothing; `errno` is left as the C library leaves it, or set as the kernel
 //! would; nothing unwinds into C (a panic aborts with a message).
 //!
-//! Known limits: after `exec` the new image no longer knows its inherited VMMC connections;
-//! an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
+//! `exec` keeps both: the new image is interposed (the hook puts the library back into an
+//! environment that lacks it) and adopts the VMMC connections it inherits (see [`exec`]).
+//!
+//! Known limits: `posix_spawn` and the `execl` family run `execve` inside the C library,
+//! out of the hooks' reach (the new image is still interposed if the environment names the
+//! library, but inherited VMMC connections are not adopted); an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
 //! epoll set) wakes on their wake-up bytes only; a process connecting to its own listener from the thread that must
 //! accept deadlocks the setup until its 5 s timeout.
 
@@ -27,6 +31,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod epoll;
+mod exec;
 mod poll;
 mod real;
 mod setup;
@@ -1095,6 +1100,83 @@ pub unsafe extern "C" fn epoll_wait(
     // SAFETY: as epoll_pwait.
     unsafe { epoll_pwait(epfd, events, max, timeout, std::ptr::null()) }
 }
+
+/// `execve` through the C library with the environment [`exec::prepare`] completes.
+///
+/// # Safety
+/// As `execve`.
+unsafe fn exec_with(
+    envp: *const *const libc::c_char,
+    run: impl FnOnce(*const *const libc::c_char) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's environment array.
+    let p = guard(|| unsafe { exec::prepare(envp) });
+    // SAFETY: as above.
+    let env = unsafe { exec::environment(envp, &p) };
+    let rc = run(env.as_ptr());
+    let saved = errno();
+    p.abandon();
+    set_errno(saved);
+    rc
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// Hook of `execve(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    let real = real!(execve: fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int);
+    // SAFETY: the caller's arguments; the environment is built for the call.
+    unsafe { exec_with(envp, |env| real(path, argv, env)) }
+}
+
+/// Hook of `execv(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execv(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the process environment, as execv uses it.
+    unsafe { execve(path, argv, environ) }
+}
+
+/// Hook of `execvpe(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    let real = real!(execvpe: fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int);
+    // SAFETY: the caller's arguments; the environment is built for the call.
+    unsafe { exec_with(envp, |env| real(file, argv, env)) }
+}
+
+/// Hook of `execvp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the process environment, as execvp uses it.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// The constructor: adopts the VMMC connections an earlier image of this process handed
+/// over through `exec`. Nothing else needs it: hooks work before it has run.
+extern "C" fn at_start() {
+    let _ = catch_unwind(exec::adopt);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static AT_START: extern "C" fn() = at_start;
 
 /// At exit: connections still open write their statistics and end (the kernel would close
 /// their sockets anyway).

@@ -108,6 +108,17 @@ pub fn conns() -> Vec<Arc<Conn>> {
     v
 }
 
+/// Every descriptor of a VMMC connection, with its connection.
+pub fn vmmc_fds() -> Vec<(i32, Arc<Conn>)> {
+    let t = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    t.iter()
+        .filter_map(|(fd, e)| match e {
+            Entry::Vmmc(c) => Some((*fd, c.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether some tracked descriptor refers to connection `c`.
 pub fn referenced(c: &Arc<Conn>) -> bool {
     let t = TABLE.read().unwrap_or_else(|e| e.into_inner());

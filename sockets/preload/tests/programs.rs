@@ -573,6 +573,25 @@ fn role() {
             println!("back={}", back.trim());
         }
         "semantics" => semantics(),
+        "exec_holder" => exec_holder(),
+        // The image exec'd by exec_holder's child: uses the inherited connection.
+        "exec_child" => {
+            let fd: i32 = arg.parse().expect("fd");
+            let msg = b"exec ok";
+            // SAFETY: writing from and reading into valid buffers.
+            unsafe {
+                assert_eq!(libc::write(fd, msg.as_ptr().cast(), msg.len()), 7);
+                let mut ack = [0u8; 3];
+                let mut got = 0;
+                while got < 3 {
+                    let n = libc::read(fd, ack[got..].as_mut_ptr().cast(), 3 - got);
+                    assert!(n > 0, "read after exec");
+                    got += n as usize;
+                }
+                assert_eq!(&ack, b"ack");
+            }
+            println!("adopted=1");
+        }
         // Connects to a silent server and waits in epoll_wait with no timeout.
         "idle_client" => {
             let s = TcpStream::connect(("127.0.0.1", arg.parse::<u16>().expect("port")))
@@ -983,5 +1002,95 @@ fn an_idle_program_sleeps() {
     assert!(
         used.0 < 0.2 * wall && used.1 < 0.2 * wall,
         "idle processes used {used:?} s of CPU in {wall:.2} s"
+    );
+}
+
+/// A connection survives fork + exec: the child execs this binary again (with an environment
+/// that drops LD_PRELOAD, which the library puts back) and talks over the inherited socket.
+fn exec_holder() {
+    let (a, mut b) = pair();
+    let fd = a.as_raw_fd();
+    // SAFETY: clearing close-on-exec on our descriptor.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    let exe = std::ffi::CString::new(
+        std::env::current_exe()
+            .expect("exe")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .expect("path");
+    let args: Vec<std::ffi::CString> = ["--exact", "role", "--nocapture", "--test-threads=1"]
+        .iter()
+        .map(|a| std::ffi::CString::new(*a).expect("arg"))
+        .collect();
+    let env: Vec<std::ffi::CString> = std::env::vars()
+        .filter(|(k, _)| k != "LD_PRELOAD" && k != "PRELOAD_ROLE" && k != "PRELOAD_ARG")
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain([
+            "PRELOAD_ROLE=exec_child".to_string(),
+            format!("PRELOAD_ARG={fd}"),
+        ])
+        .map(|e| std::ffi::CString::new(e).expect("env"))
+        .collect();
+    let mut argv: Vec<*const libc::c_char> = std::iter::once(exe.as_ptr())
+        .chain(args.iter().map(|a| a.as_ptr()))
+        .collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: fork; the child only execs (or exits).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: null-terminated arrays of C strings that outlive the call.
+        unsafe {
+            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop(a);
+    let mut got = [0u8; 7];
+    b.read_exact(&mut got).expect("bytes from the exec'd image");
+    assert_eq!(&got, b"exec ok");
+    b.write_all(b"ack").expect("ack");
+    let mut st = 0;
+    // SAFETY: waiting for our child.
+    unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert!(
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+        "exec'd child: {st}"
+    );
+    let mut rest = Vec::new();
+    b.read_to_end(&mut rest)
+        .expect("end of file once the exec'd image exits");
+    println!("exec=ok child={pid}");
+}
+
+#[test]
+fn a_connection_survives_fork_and_exec() {
+    let s = Scratch::new("exec");
+    let mut c = s.cmd(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("PRELOAD_ROLE", "exec_holder");
+    let out = c.output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("adopted=1"), "{text}");
+    let at = text.find("child=").expect("child pid");
+    let pid: u32 = text[at + 6..]
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("pid");
+    // The exec'd image's bytes went through the ring it adopted.
+    let (sent, received) = s.stats_of(pid);
+    assert!(
+        sent >= 7 && received >= 3,
+        "exec'd image: sent {sent}, received {received}"
     );
 }
