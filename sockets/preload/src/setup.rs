@@ -254,7 +254,13 @@ fn handshake(fd: i32) -> Result<(), i32> {
     }
     // SAFETY: `own` is a fresh descriptor that only this TcpStream owns.
     let setup = TcpStream::from(unsafe { OwnedFd::from_raw_fd(own) });
-    let opts = Options::from_env().unwrap_or_default();
+    let opts = match Options::from_env() {
+        Ok(o) => o,
+        Err(e) => {
+            warn_once(&e.to_string());
+            Options::default()
+        }
+    };
     let offer = Offer::new(opts).map_err(|_| libc::ENOMEM)?;
     if !send_all(fd, offer.hello(), deadline) {
         return Err(libc::ECONNRESET);
@@ -366,4 +372,15 @@ pub fn accepted(fd: i32) -> Result<(), i32> {
         return Ok(());
     }
     handshake(fd)
+}
+
+/// Prints a configuration problem once per process, with a raw system call (never through a
+/// hooked `write`).
+fn warn_once(msg: &str) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let line = format!("vmmc_sockets: {msg}; using the default\n");
+        // SAFETY: a write of a valid buffer to descriptor 2.
+        unsafe { libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len()) };
+    }
 }
