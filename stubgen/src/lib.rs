@@ -1,6 +1,8 @@
-//! Stub generators for the `rpc` crate: an rpcgen-compatible front end for `.x` files (a SHRIMP
-//! RPC interface front end will share the rest), the interface description they produce
-//! ([`ast`]), and Rust code generation ([`codegen`]).
+//! Stub generators: an rpcgen-compatible front end for `.x` files generating code for the
+//! `rpc` crate ([`rpcgen`], [`ast`], [`codegen`]), and the SHRIMP RPC front end for interface
+//! files generating code for the `srpc` runtime ([`idl`]). Both report errors the same way
+//! ([`Diagnostic`]: `file:line:column`, the line, a caret) and emit Rust through
+//! proc-macro2, quote and prettyplease.
 //!
 //! The pipeline: the C preprocessor (as rpcgen runs it: `cpp -C -DRPC_HDR`) → [`rpcgen`]'s
 //! lexer and parser, which follow cpp's line markers so that every diagnostic names the
@@ -31,6 +33,7 @@
 pub mod ast;
 pub mod codegen;
 pub mod error;
+pub mod idl;
 pub mod rpcgen;
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The `stubgen` command: `stubgen rpcgen FILE.x [-o OUT.rs]`.
+//! The `stubgen` command: `stubgen rpcgen FILE.x [-o OUT.rs]`, `stubgen srpc FILE [-o OUT.rs]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,11 +35,26 @@ enum Cmd {
         #[arg(long)]
         strict: bool,
     },
+    /// Generate a SHRIMP RPC client stub, server trait and dispatcher from an interface file.
+    Srpc {
+        /// The interface file.
+        input: PathBuf,
+        /// Where to write the Rust source (standard output if absent).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Cmd::Srpc { input, output } => match stubgen::idl::generate_file(&input) {
+            Ok(code) => write_out(output, &code),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Rpcgen {
             input,
             output,
@@ -82,4 +97,17 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn write_out(output: Option<PathBuf>, code: &str) -> ExitCode {
+    match output {
+        Some(out) => {
+            if let Err(e) = std::fs::write(&out, code) {
+                eprintln!("{}: {e}", out.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        None => print!("{code}"),
+    }
+    ExitCode::SUCCESS
 }

@@ -175,18 +175,22 @@ impl AutoUpdateBinding {
         match self.dirty.get() {
             Some((s, e)) if e == offset && e + len - s <= MAX_PACKET => {
                 self.dirty.set(Some((s, e + len)));
-                Ok(())
+                return Ok(());
             }
-            Some(_) => {
-                self.flush()?;
-                self.dirty.set(Some((offset, offset + len)));
-                Ok(())
-            }
-            None => {
-                self.dirty.set(Some((offset, offset + len)));
-                Ok(())
-            }
+            Some(_) => self.flush()?,
+            None => {}
         }
+        // A store larger than a packet leaves as full packets, in order; its tail stays
+        // pending, so that the next consecutive store (a flag) combines with it.
+        let (mut at, end) = (offset, offset + len);
+        let mut packet = [0u8; MAX_PACKET];
+        while end - at > MAX_PACKET {
+            self.local.read(at, &mut packet)?;
+            self.propagate(at, &packet)?;
+            at += MAX_PACKET;
+        }
+        self.dirty.set(Some((at, end)));
+        Ok(())
     }
 
     /// Sends the pending combined packet, if any.

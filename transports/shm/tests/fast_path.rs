@@ -134,3 +134,27 @@ fn du_and_au_fast_paths_neither_allocate_nor_lock() {
     assert_eq!(shared.load_u32(8).unwrap(), 999);
     assert_eq!(shared.load_u32(4096 + 252).unwrap(), 999);
 }
+
+#[test]
+fn a_combining_store_larger_than_a_packet_arrives_whole() {
+    let ep = endpoint();
+    let buf = ep.alloc(3 * 4096 + 64, MemKind::Shared).unwrap();
+    ep.export(7, &buf, ExportOptions::new()).unwrap();
+    let p = ep.import(ep.me(), 7).unwrap();
+    let au = p
+        .bind(AuOptions {
+            combining: true,
+            notify: false,
+        })
+        .unwrap();
+    // Two and a half pages, then a flag right after them: the pages leave as packets, the
+    // tail combines with the flag.
+    let data: Vec<u8> = (0..10_240u32).map(|i| (i * 31) as u8).collect();
+    au.write(4, &data).unwrap();
+    au.store_u32(4 + data.len(), 0xf1a9).unwrap();
+    au.flush().unwrap();
+    let mut got = vec![0u8; data.len()];
+    buf.read(4, &mut got).unwrap();
+    assert!(got == data, "combined data differs");
+    assert_eq!(buf.load_u32(4 + data.len()).unwrap(), 0xf1a9);
+}
