@@ -19,6 +19,7 @@ cargo build --release --workspace --all-features
 target/release/bench-pingpong --reps 1 --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
 target/release/bench-nx --reps 1 --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
 target/release/bench-rpc --quick --out target/bench-smoke >/dev/null
+target/release/bench-srpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-sockets --quick --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"

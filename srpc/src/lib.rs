@@ -333,6 +333,8 @@ struct Core {
     req: RefCell<Vec<u8>>,
     /// The reply area and the done flag (deliberate update).
     reply: RefCell<Vec<u8>>,
+    /// A result being encoded for an automatic-update store.
+    enc: RefCell<Vec<u8>>,
     /// The current call's result size.
     rep_size: Cell<usize>,
     last: Cell<u32>,
@@ -378,6 +380,7 @@ impl ServerBinding {
                 au,
                 req: RefCell::new(vec![0; layout.request]),
                 reply: RefCell::new(vec![0; layout.reply + 8]),
+                enc: RefCell::new(Vec::new()),
                 rep_size: Cell::new(0),
                 last: Cell::new(0),
             },
@@ -444,13 +447,31 @@ impl Drop for ServerBinding {
 }
 
 impl Core {
-    /// Puts result bytes at `pos` of the reply area: propagated now over AU, collected for
-    /// the done transfer over DU.
-    fn put(&self, pos: usize, data: &[u8]) -> Result<(), Error> {
+    /// Puts a result at `pos` of the reply area: propagated now over AU (encoded into a
+    /// scratch block, then stored), encoded in place for the done transfer over DU.
+    fn put<T: Wire>(&self, pos: usize, v: &T) -> Result<(), Error> {
         match &self.au {
-            Some(au) => Ok(au.write(pos, data)?),
+            Some(au) => {
+                let mut e = self.enc.borrow_mut();
+                e.resize(T::SIZE, 0);
+                v.put(&mut e)?;
+                Ok(au.write(pos, &e)?)
+            }
+            None => v.put(&mut self.reply.borrow_mut()[pos..pos + T::SIZE]),
+        }
+    }
+
+    /// Zeros `len` result bytes at `pos` (an `out` parameter left unset).
+    fn zero(&self, pos: usize, len: usize) -> Result<(), Error> {
+        match &self.au {
+            Some(au) => {
+                let mut e = self.enc.borrow_mut();
+                e.clear();
+                e.resize(len, 0);
+                Ok(au.write(pos, &e)?)
+            }
             None => {
-                self.reply.borrow_mut()[pos..pos + data.len()].copy_from_slice(data);
+                self.reply.borrow_mut()[pos..pos + len].fill(0);
                 Ok(())
             }
         }
@@ -531,12 +552,6 @@ impl<'a> Incoming<'a> {
     }
 }
 
-fn encode<T: Wire>(v: &T) -> Result<Vec<u8>, Error> {
-    let mut b = vec![0u8; T::SIZE];
-    v.put(&mut b)?;
-    Ok(b)
-}
-
 /// An `out` parameter: [`Out::set`] writes the result into the reply (over automatic update,
 /// it travels to the client at once). Unset, it is all zeros (0, false, empty).
 pub struct Out<'a, T: Wire> {
@@ -549,7 +564,7 @@ pub struct Out<'a, T: Wire> {
 impl<T: Wire> Out<'_, T> {
     /// Sets the result.
     pub fn set(&mut self, v: &T) -> Result<(), Error> {
-        self.core.put(self.pos, &encode(v)?)?;
+        self.core.put(self.pos, v)?;
         self.set = true;
         Ok(())
     }
@@ -558,13 +573,14 @@ impl<T: Wire> Out<'_, T> {
 impl<T: Wire> Drop for Out<'_, T> {
     fn drop(&mut self) {
         if !self.set {
-            let _ = self.core.put(self.pos, &vec![0; T::SIZE]);
+            let _ = self.core.zero(self.pos, T::SIZE);
         }
     }
 }
 
 /// An `inout` parameter: [`InOut::get`] is the argument, [`InOut::set`] writes the result
-/// into the reply. Unset, the argument goes back unchanged.
+/// into the reply; a value changed through [`InOut::get_mut`] goes back when the procedure
+/// returns. Unset, the argument goes back unchanged.
 pub struct InOut<'a, T: Wire> {
     core: &'a Core,
     pos: usize,
@@ -578,9 +594,17 @@ impl<T: Wire> InOut<'_, T> {
         &self.value
     }
 
-    /// Sets the result.
+    /// The value, to change in place: it goes back when the handle is dropped (when the
+    /// procedure returns), unless [`InOut::set`] sends it earlier.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.set = false;
+        &mut self.value
+    }
+
+    /// Sets the result: over automatic update it travels to the client now, while the
+    /// procedure goes on.
     pub fn set(&mut self, v: T) -> Result<(), Error> {
-        self.core.put(self.pos, &encode(&v)?)?;
+        self.core.put(self.pos, &v)?;
         self.value = v;
         self.set = true;
         Ok(())
@@ -590,9 +614,7 @@ impl<T: Wire> InOut<'_, T> {
 impl<T: Wire> Drop for InOut<'_, T> {
     fn drop(&mut self) {
         if !self.set {
-            if let Ok(b) = encode(&self.value) {
-                let _ = self.core.put(self.pos, &b);
-            }
+            let _ = self.core.put(self.pos, &self.value);
         }
     }
 }

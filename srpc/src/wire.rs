@@ -16,6 +16,22 @@ pub trait Wire: Sized {
     /// Decodes from `b` (exactly `SIZE` bytes).
     fn get(b: &[u8]) -> Result<Self, Error>;
 
+    /// Decodes from `b` into `self` (in place: arrays of numbers are not built on the stack
+    /// and then copied).
+    fn get_into(&mut self, b: &[u8]) -> Result<(), Error> {
+        *self = Self::get(b)?;
+        Ok(())
+    }
+
+    /// Decodes `items.len()` values from `b` into `items`.
+    fn get_all_into(items: &mut [Self], b: &[u8]) -> Result<(), Error> {
+        short(b, items.len() * Self::SIZE)?;
+        for (v, c) in items.iter_mut().zip(b.chunks_exact(Self::SIZE.max(1))) {
+            v.get_into(c)?;
+        }
+        Ok(())
+    }
+
     /// Encodes `items` one after the other into `b` (at least `items.len() * SIZE` bytes).
     /// Numbers override it with one pass that the compiler turns into a copy.
     fn put_all(items: &[Self], b: &mut [u8]) -> Result<(), Error> {
@@ -90,6 +106,13 @@ macro_rules! number {
                 }
                 Ok(())
             }
+            fn get_all_into(items: &mut [Self], b: &[u8]) -> Result<(), Error> {
+                short(b, items.len() * Self::SIZE)?;
+                for (v, c) in items.iter_mut().zip(b.chunks_exact(Self::SIZE)) {
+                    *v = <$t>::from_le_bytes(c.try_into().expect("chunks_exact"));
+                }
+                Ok(())
+            }
             fn get_vec(b: &[u8], n: usize) -> Result<Vec<Self>, Error> {
                 short(b, n * Self::SIZE)?;
                 Ok(b[..n * Self::SIZE]
@@ -133,6 +156,9 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
     }
     fn get(b: &[u8]) -> Result<Self, Error> {
         T::get_array::<N>(b)
+    }
+    fn get_into(&mut self, b: &[u8]) -> Result<(), Error> {
+        T::get_all_into(self, b)
     }
 }
 
@@ -244,6 +270,10 @@ mod tests {
         let mut b = vec![0u8; T::SIZE];
         v.put(&mut b).unwrap();
         assert_eq!(T::get(&b).unwrap(), v);
+        // In place, over a value (all zeros decode for every type).
+        let mut w = T::get(&vec![0u8; T::SIZE]).unwrap();
+        w.get_into(&b).unwrap();
+        assert_eq!(w, v);
     }
 
     #[test]

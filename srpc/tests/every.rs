@@ -24,8 +24,10 @@ impl EveryServer for Impl {
         sum.set(&(a as i64 + b as i64)).expect("set");
     }
     fn scale(&mut self, v: &mut InOut<'_, [f64; 8]>, k: f64) {
-        let scaled = v.get().map(|x| x * k);
-        v.set(scaled).expect("set");
+        // Changed in place: it goes back when the procedure returns.
+        for x in v.get_mut() {
+            *x *= k;
+        }
     }
     fn echo_record(&mut self, r: Record, copy: &mut Out<'_, Record>) {
         copy.set(&r).expect("set");

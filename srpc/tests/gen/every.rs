@@ -159,7 +159,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(2, 8, 8)?;
-        *sum = srpc::Wire::get(&rep[0..8])?;
+        srpc::Wire::get_into(sum, &rep[0..8])?;
         let _ = rep;
         Ok(())
     }
@@ -172,7 +172,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(3, 72, 64)?;
-        *v = srpc::Wire::get(&rep[0..64])?;
+        srpc::Wire::get_into(v, &rep[0..64])?;
         let _ = rep;
         Ok(())
     }
@@ -188,7 +188,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(4, 168, 168)?;
-        *copy = srpc::Wire::get(&rep[0..168])?;
+        srpc::Wire::get_into(copy, &rep[0..168])?;
         let _ = rep;
         Ok(())
     }
@@ -200,7 +200,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(5, 4008, 4008)?;
-        *xs = srpc::Wire::get(&rep[0..4004])?;
+        srpc::Wire::get_into(xs, &rep[0..4004])?;
         let _ = rep;
         Ok(())
     }
@@ -217,8 +217,8 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(6, 40, 72)?;
-        *greeting = srpc::Wire::get(&rep[0..68])?;
-        *len = srpc::Wire::get(&rep[68..72])?;
+        srpc::Wire::get_into(greeting, &rep[0..68])?;
+        srpc::Wire::get_into(len, &rep[68..72])?;
         let _ = rep;
         Ok(())
     }
@@ -237,8 +237,8 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(7, 8, 8)?;
-        *both = srpc::Wire::get(&rep[0..4])?;
-        *either = srpc::Wire::get(&rep[4..8])?;
+        srpc::Wire::get_into(both, &rep[0..4])?;
+        srpc::Wire::get_into(either, &rep[4..8])?;
         let _ = rep;
         Ok(())
     }
@@ -250,7 +250,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(8, 64, 64)?;
-        *b = srpc::Wire::get(&rep[0..64])?;
+        srpc::Wire::get_into(b, &rep[0..64])?;
         let _ = rep;
         Ok(())
     }
@@ -276,9 +276,9 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(9, 16, 24)?;
-        *sum = srpc::Wire::get(&rep[0..8])?;
-        *signed_sum = srpc::Wire::get(&rep[8..16])?;
-        *half = srpc::Wire::get(&rep[16..20])?;
+        srpc::Wire::get_into(sum, &rep[0..8])?;
+        srpc::Wire::get_into(signed_sum, &rep[8..16])?;
+        srpc::Wire::get_into(half, &rep[16..20])?;
         let _ = rep;
         Ok(())
     }
@@ -290,7 +290,7 @@ impl EveryClient {
             let _ = req;
         }
         let rep = self.binding.call(10, 65544, 65544)?;
-        *data = srpc::Wire::get(&rep[0..65540])?;
+        srpc::Wire::get_into(data, &rep[0..65540])?;
         let _ = rep;
         Ok(())
     }
@@ -358,121 +358,189 @@ pub fn every_dispatch<S: EveryServer + ?Sized>(
 ) -> Result<(), srpc::Error> {
     match call.procedure() {
         1 => {
-            {
-                let req = call.request(0);
-                let _ = req;
-                svc.null();
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(0);
+                    let _ = req;
+                    svc.null();
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         2 => {
-            {
-                let req = call.request(8);
-                let a: i32 = srpc::Wire::get(&req[0..4])?;
-                let b: i32 = srpc::Wire::get(&req[4..8])?;
-                let _ = req;
-                let mut sum = call.out::<i64>(8, 0);
-                svc.add(a, b, &mut sum);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(8);
+                    let a: i32 = srpc::Wire::get(&req[0..4])?;
+                    let b: i32 = srpc::Wire::get(&req[4..8])?;
+                    let _ = req;
+                    let mut sum = call.out::<i64>(8, 0);
+                    svc.add(a, b, &mut sum);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         3 => {
-            {
-                let req = call.request(72);
-                let v: [f64; 8] = srpc::Wire::get(&req[0..64])?;
-                let k: f64 = srpc::Wire::get(&req[64..72])?;
-                let _ = req;
-                let mut v = call.inout::<[f64; 8]>(64, 0, v);
-                svc.scale(&mut v, k);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(72);
+                    let v: [f64; 8] = srpc::Wire::get(&req[0..64])?;
+                    let k: f64 = srpc::Wire::get(&req[64..72])?;
+                    let _ = req;
+                    let mut v = call.inout::<[f64; 8]>(64, 0, v);
+                    svc.scale(&mut v, k);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         4 => {
-            {
-                let req = call.request(168);
-                let r: Record = srpc::Wire::get(&req[0..168])?;
-                let _ = req;
-                let mut copy = call.out::<Record>(168, 0);
-                svc.echo_record(r, &mut copy);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(168);
+                    let r: Record = srpc::Wire::get(&req[0..168])?;
+                    let _ = req;
+                    let mut copy = call.out::<Record>(168, 0);
+                    svc.echo_record(r, &mut copy);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         5 => {
-            {
-                let req = call.request(4008);
-                let xs: Ints = srpc::Wire::get(&req[0..4004])?;
-                let _ = req;
-                let mut xs = call.inout::<Ints>(4008, 0, xs);
-                svc.reverse(&mut xs);
+            #[inline(never)]
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(4008);
+                    let xs: Ints = srpc::Wire::get(&req[0..4004])?;
+                    let _ = req;
+                    let mut xs = call.inout::<Ints>(4008, 0, xs);
+                    svc.reverse(&mut xs);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         6 => {
-            {
-                let req = call.request(40);
-                let name: srpc::BString<32> = srpc::Wire::get(&req[0..36])?;
-                let _ = req;
-                let mut greeting = call.out::<srpc::BString<64>>(72, 0);
-                let mut len = call.out::<u32>(72, 68);
-                svc.greet(name, &mut greeting, &mut len);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(40);
+                    let name: srpc::BString<32> = srpc::Wire::get(&req[0..36])?;
+                    let _ = req;
+                    let mut greeting = call.out::<srpc::BString<64>>(72, 0);
+                    let mut len = call.out::<u32>(72, 68);
+                    svc.greet(name, &mut greeting, &mut len);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         7 => {
-            {
-                let req = call.request(8);
-                let a: bool = srpc::Wire::get(&req[0..4])?;
-                let b: bool = srpc::Wire::get(&req[4..8])?;
-                let _ = req;
-                let mut both = call.out::<bool>(8, 0);
-                let mut either = call.out::<bool>(8, 4);
-                svc.logic(a, b, &mut both, &mut either);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(8);
+                    let a: bool = srpc::Wire::get(&req[0..4])?;
+                    let b: bool = srpc::Wire::get(&req[4..8])?;
+                    let _ = req;
+                    let mut both = call.out::<bool>(8, 0);
+                    let mut either = call.out::<bool>(8, 4);
+                    svc.logic(a, b, &mut both, &mut either);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         8 => {
-            {
-                let req = call.request(64);
-                let b: Bytes = srpc::Wire::get(&req[0..64])?;
-                let _ = req;
-                let mut b = call.inout::<Bytes>(64, 0, b);
-                svc.bump(&mut b);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(64);
+                    let b: Bytes = srpc::Wire::get(&req[0..64])?;
+                    let _ = req;
+                    let mut b = call.inout::<Bytes>(64, 0, b);
+                    svc.bump(&mut b);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         9 => {
-            {
-                let req = call.request(16);
-                let a: u8 = srpc::Wire::get(&req[0..1])?;
-                let b: u16 = srpc::Wire::get(&req[2..4])?;
-                let c: u32 = srpc::Wire::get(&req[4..8])?;
-                let d: i8 = srpc::Wire::get(&req[8..9])?;
-                let e: i16 = srpc::Wire::get(&req[10..12])?;
-                let _ = req;
-                let mut sum = call.out::<u64>(24, 0);
-                let mut signed_sum = call.out::<i64>(24, 8);
-                let mut half = call.out::<f32>(24, 16);
-                svc.widen(a, b, c, d, e, &mut sum, &mut signed_sum, &mut half);
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(16);
+                    let a: u8 = srpc::Wire::get(&req[0..1])?;
+                    let b: u16 = srpc::Wire::get(&req[2..4])?;
+                    let c: u32 = srpc::Wire::get(&req[4..8])?;
+                    let d: i8 = srpc::Wire::get(&req[8..9])?;
+                    let e: i16 = srpc::Wire::get(&req[10..12])?;
+                    let _ = req;
+                    let mut sum = call.out::<u64>(24, 0);
+                    let mut signed_sum = call.out::<i64>(24, 8);
+                    let mut half = call.out::<f32>(24, 16);
+                    svc.widen(a, b, c, d, e, &mut sum, &mut signed_sum, &mut half);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         10 => {
-            {
-                let req = call.request(65544);
-                let data: srpc::BSeq<u8, 65536> = srpc::Wire::get(&req[0..65540])?;
-                let _ = req;
-                let mut data = call.inout::<srpc::BSeq<u8, 65536>>(65544, 0, data);
-                svc.blob(&mut data);
+            #[inline(never)]
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(65544);
+                    let data: srpc::BSeq<u8, 65536> = srpc::Wire::get(&req[0..65540])?;
+                    let _ = req;
+                    let mut data = call.inout::<srpc::BSeq<u8, 65536>>(65544, 0, data);
+                    svc.blob(&mut data);
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         11 => {
-            {
-                let req = call.request(0);
-                let _ = req;
-                svc.die();
+            fn run<S: EveryServer + ?Sized>(
+                svc: &mut S,
+                call: &srpc::Incoming<'_>,
+            ) -> Result<(), srpc::Error> {
+                {
+                    let req = call.request(0);
+                    let _ = req;
+                    svc.die();
+                }
+                Ok(())
             }
-            Ok(())
+            run(svc, call)
         }
         n => Err(srpc::Error::NoSuchProcedure(n)),
     }

@@ -440,7 +440,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         for (q, (off, size)) in p.outs.iter().zip(&p.rep.0) {
             let n = format_ident!("{}", q.name);
             let (a, b) = (lit(*off), lit(off + size));
-            gets.push(quote!(*#n = srpc::Wire::get(&rep[#a..#b])?;));
+            gets.push(quote!(srpc::Wire::get_into(#n, &rep[#a..#b])?;));
         }
         let doc = format!(" Calls procedure {} (`{}`).", pr.number, pr.name);
         client_fns.push(quote! {
@@ -514,16 +514,28 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
             #[doc = #tdoc]
             fn #f(&mut self, #(#targs),*);
         });
+        // Each procedure runs in a function of its own, so that the dispatcher's frame is
+        // small: a null call must not pay for probing the stack pages another procedure's
+        // large arguments need. Large ones are never inlined.
+        let inline = if p.req.1 + p.rep.1 > 512 {
+            quote!(#[inline(never)])
+        } else {
+            quote!()
+        };
         arms.push(quote! {
             #num => {
-                {
-                    let req = call.request(#rqs);
-                    #(#decode)*
-                    let _ = req;
-                    #(#make)*
-                    svc.#f(#(#call_args),*);
+                #inline
+                fn run<S: #server + ?Sized>(svc: &mut S, call: &srpc::Incoming<'_>) -> Result<(), srpc::Error> {
+                    {
+                        let req = call.request(#rqs);
+                        #(#decode)*
+                        let _ = req;
+                        #(#make)*
+                        svc.#f(#(#call_args),*);
+                    }
+                    Ok(())
                 }
-                Ok(())
+                run(svc, call)
             }
         });
     }
