@@ -117,6 +117,25 @@ pub fn print_table(r: &Report) {
     }
 }
 
+/// Runs a contender program and returns the series named `name` among the JSON lines it
+/// prints (other lines are ignored); a failure carries the program's stderr.
+pub fn run_series(cmd: &mut std::process::Command, name: &str) -> Result<Series, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{name}: cannot start {:?}: {e}", cmd.get_program()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{name} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str::<Series>(l.trim()).ok())
+        .filter(|s| s.series == name)
+        .ok_or_else(|| format!("{name}: no result line"))
+}
+
 /// Writes the report as pretty JSON to `path`.
 pub fn write_json(r: &Report, path: &Path) -> io::Result<()> {
     let s = serde_json::to_string_pretty(r).map_err(io::Error::other)?;

@@ -21,8 +21,11 @@
 //! # Ok::<(), vmmc::Error>(())
 //! ```
 //!
-//! The `vmmc-run` binary starts the processes of a job (see its `--help`).
+//! The `vmmc-run` binary starts the processes of a job (see its `--help`); [`testing`] runs a
+//! test's body as the ranks of a job.
 #![deny(missing_docs)]
+
+pub mod testing;
 
 use std::sync::Arc;
 use vmmc::bootstrap::BootEnv;

@@ -12,12 +12,12 @@ use rpc::client::Call;
 use rpc::vrpc::{BindOptions, VrpcClient, VrpcServer};
 use rpc::xdr::{Opaque, XdrString};
 use rpc::Error;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use vecho::{node, pair, VechoV1Client, VechoV1Server, VechoV1Service};
+use vmmc_run::testing::{Job, Output};
 
 /// `set_value` with this value ends the server process abruptly (the dead-server test).
 const DIE: i64 = -0xdead;
@@ -250,7 +250,7 @@ fn a_dead_server_gives_peer_lost() {
     });
     // The server's exit fails the job; the client must have finished its checks.
     assert!(!out.status.success(), "{}", out.report());
-    assert_eq!(out.stdout.matches("rank-ok").count(), 1, "{}", out.report());
+    assert_eq!(out.ranks_ok(), 1, "{}", out.report());
 }
 
 #[test]
@@ -268,7 +268,7 @@ fn the_server_drops_a_dead_client() {
         }
     });
     assert!(!out.status.success(), "{}", out.report());
-    assert_eq!(out.stdout.matches("rank-ok").count(), 1, "{}", out.report());
+    assert_eq!(out.ranks_ok(), 1, "{}", out.report());
 }
 
 #[test]
@@ -507,120 +507,14 @@ fn every_procedure_on_the_simulator() {
 
 /// A job's time limit.
 const LIMIT: Duration = Duration::from_secs(120);
-/// Tells a copy of the test binary which body to run as a rank.
-const RANK_OF: &str = "VRPC_TEST_RANK_OF";
-
-/// `target/<profile>`.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf()
-}
-
-/// The launcher, built if needed in this test's profile.
-fn launcher() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let dir = target_dir();
-    let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "-p", "vmmc-run"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(profile) => {
-            cmd.args(["--profile", profile]);
-        }
-        None => panic!("cannot tell the profile from {}", dir.display()),
-    }
-    let st = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-    assert!(st.success(), "cargo build -p vmmc-run failed");
-    dir.join("vmmc-run")
-}
-
-struct JobOutput {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl JobOutput {
-    fn report(&self) -> String {
-        format!(
-            "status {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.status, self.stdout, self.stderr
-        )
-    }
-}
 
 /// Runs this test binary's `name` as the `n` ranks of a job (each rank runs `body` and
 /// prints `rank-ok`); returns what the job printed. In a rank, runs `body` and exits.
-fn run_ranks(name: &str, n: usize, body: impl FnOnce()) -> JobOutput {
-    if std::env::var(RANK_OF).as_deref() == Ok(name) {
-        body();
-        println!("rank-ok");
-        std::process::exit(0);
-    }
-    let mut child = Command::new(launcher())
-        .args(["-n", &n.to_string(), "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(RANK_OF, name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start vmmc-run");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for vmmc-run") {
-            break Some(st);
-        }
-        if t0.elapsed() > LIMIT {
-            // SIGTERM: the launcher passes it on to the ranks.
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (out_t.join().unwrap(), err_t.join().unwrap());
-    let status = status.unwrap_or_else(|| {
-        panic!("job {name} did not finish in {LIMIT:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
-    });
-    JobOutput {
-        status,
-        stdout,
-        stderr,
-    }
+fn run_ranks(name: &str, n: usize, body: impl FnOnce()) -> Output {
+    Job::new(name, n).limit(LIMIT).run(body)
 }
 
 /// [`run_ranks`], asserting that every rank succeeded.
 fn as_job(name: &str, n: usize, body: impl FnOnce()) {
-    let o = run_ranks(name, n, body);
-    assert!(o.status.success(), "job {name} failed\n{}", o.report());
-    assert_eq!(
-        o.stdout.matches("rank-ok").count(),
-        n,
-        "not every rank of {name} reported success\n{}",
-        o.report()
-    );
+    Job::new(name, n).limit(LIMIT).run_ok(body);
 }

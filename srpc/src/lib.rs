@@ -162,6 +162,44 @@ fn check(layout: &Layout, ep: &Endpoint, peer: usize) -> Result<ProcId, Error> {
     Ok(ep.proc_of(peer)?)
 }
 
+/// One side of a binding: exports a receive buffer `(id, len)` to `peer`, imports the peer's
+/// `(id, at least len)`, and over automatic update binds to it (stores combine into packets).
+fn link(
+    ep: &Endpoint,
+    peer: ProcId,
+    mine: (BufId, usize),
+    theirs: (BufId, usize),
+    mode: Mode,
+    whose: &str,
+) -> Result<(Region, Proxy, Option<AutoUpdateBinding>), Error> {
+    let region = ep.alloc(mine.1, MemKind::Shared)?;
+    ep.export(mine.0, &region, ExportOptions::new().importers([peer]))?;
+    let other = || -> Result<(Proxy, Option<AutoUpdateBinding>), Error> {
+        let to_peer = ep.import(peer, theirs.0)?;
+        if to_peer.len() < theirs.1 {
+            return Err(Error::Binding(format!(
+                "{whose} buffer is smaller than the layout"
+            )));
+        }
+        let au = match mode {
+            Mode::Au => Some(to_peer.bind(AuOptions {
+                combining: true,
+                notify: false,
+            })?),
+            Mode::Du => None,
+        };
+        Ok((to_peer, au))
+    };
+    match other() {
+        Ok((to_peer, au)) => Ok((region, to_peer, au)),
+        Err(e) => {
+            // No binding: withdraw our buffer too.
+            let _ = ep.unexport(mine.0);
+            Err(e)
+        }
+    }
+}
+
 /// Waits until the word at `off` of `r` satisfies `done`, or the peer is gone.
 fn wait(
     ep: &Endpoint,
@@ -198,25 +236,14 @@ impl ClientBinding {
         mode: Mode,
     ) -> Result<ClientBinding, Error> {
         let sp = check(&layout, ep, server)?;
-        let replies = ep.alloc(layout.reply + 8, MemKind::Shared)?;
-        ep.export(
-            buf_id(CLIENT_BASE, &layout, server),
-            &replies,
-            ExportOptions::new().importers([sp]),
+        let (replies, to_server, au) = link(
+            ep,
+            sp,
+            (buf_id(CLIENT_BASE, &layout, server), layout.reply + 8),
+            (buf_id(SERVER_BASE, &layout, ep.rank()), layout.request + 8),
+            mode,
+            "the server's",
         )?;
-        let to_server = ep.import(sp, buf_id(SERVER_BASE, &layout, ep.rank()))?;
-        if to_server.len() < layout.request + 8 {
-            return Err(Error::Binding(
-                "the server's buffer is smaller than the layout".into(),
-            ));
-        }
-        let au = match mode {
-            Mode::Au => Some(to_server.bind(AuOptions {
-                combining: true,
-                notify: false,
-            })?),
-            Mode::Du => None,
-        };
         Ok(ClientBinding {
             ep: ep.clone(),
             server: sp,
@@ -349,25 +376,14 @@ impl ServerBinding {
         mode: Mode,
     ) -> Result<ServerBinding, Error> {
         let cp = check(&layout, ep, client)?;
-        let calls = ep.alloc(layout.request + 8, MemKind::Shared)?;
-        ep.export(
-            buf_id(SERVER_BASE, &layout, client),
-            &calls,
-            ExportOptions::new().importers([cp]),
+        let (calls, to_client, au) = link(
+            ep,
+            cp,
+            (buf_id(SERVER_BASE, &layout, client), layout.request + 8),
+            (buf_id(CLIENT_BASE, &layout, ep.rank()), layout.reply + 8),
+            mode,
+            "the client's",
         )?;
-        let to_client = ep.import(cp, buf_id(CLIENT_BASE, &layout, ep.rank()))?;
-        if to_client.len() < layout.reply + 8 {
-            return Err(Error::Binding(
-                "the client's buffer is smaller than the layout".into(),
-            ));
-        }
-        let au = match mode {
-            Mode::Au => Some(to_client.bind(AuOptions {
-                combining: true,
-                notify: false,
-            })?),
-            Mode::Du => None,
-        };
         Ok(ServerBinding {
             core: Core {
                 ep: ep.clone(),

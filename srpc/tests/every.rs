@@ -10,10 +10,9 @@ mod every;
 
 use every::*;
 use srpc::{BSeq, BString, Error, InOut, Mode, Out, ServerBinding};
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
+use vmmc_run::testing::{Job, Output};
 
 /// The server side of every.idl.
 struct Impl;
@@ -289,125 +288,13 @@ fn the_generated_code_is_up_to_date() {
 
 // ----- running a test's body as the ranks of a job -----
 
-/// A job's time limit.
-const LIMIT: Duration = Duration::from_secs(120);
-/// Tells a copy of the test binary which body to run as a rank.
-const RANK_OF: &str = "SRPC_TEST_RANK_OF";
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf()
-}
-
-/// The launcher, built if needed in this test's profile.
-fn launcher() -> PathBuf {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "-p", "vmmc-run"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match target_dir().file_name().and_then(|n| n.to_str()) {
-            Some("debug") => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(p) => {
-                cmd.args(["--profile", p]);
-            }
-            None => panic!("unknown profile"),
-        }
-        assert!(
-            cmd.status().expect("cargo").success(),
-            "building vmmc-run failed"
-        );
-    });
-    target_dir().join("vmmc-run")
-}
-
-struct JobOutput {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl JobOutput {
-    fn report(&self) -> String {
-        format!(
-            "status {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.status, self.stdout, self.stderr
-        )
-    }
-}
-
 /// Runs this test binary's `name` as the 2 ranks of a job over shm with bindings of `mode`;
 /// in a rank, runs `body` and exits.
-fn run_ranks(name: &str, mode: &str, body: impl FnOnce()) -> JobOutput {
-    if std::env::var(RANK_OF).as_deref() == Ok(name) {
-        body();
-        println!("rank-ok");
-        std::process::exit(0);
-    }
-    let mut child = Command::new(launcher())
-        .args(["-n", "2", "--"])
-        .arg(std::env::current_exe().expect("exe"))
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(RANK_OF, name)
-        .env("SRPC_TEST_MODE", mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start vmmc-run");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for vmmc-run") {
-            break Some(st);
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (
-        out_t.join().expect("stdout thread"),
-        err_t.join().expect("stderr thread"),
-    );
-    let status = status.unwrap_or_else(|| {
-        panic!("job {name} did not finish in {LIMIT:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
-    });
-    JobOutput {
-        status,
-        stdout,
-        stderr,
-    }
+fn run_ranks(name: &str, mode: &str, body: impl FnOnce()) -> Output {
+    Job::new(name, 2).env("SRPC_TEST_MODE", mode).run(body)
 }
 
 /// [`run_ranks`], asserting that both ranks succeeded.
 fn as_job(name: &str, mode: &str, body: impl FnOnce()) {
-    let o = run_ranks(name, mode, body);
-    assert!(
-        o.status.success(),
-        "job {name} ({mode}) failed\n{}",
-        o.report()
-    );
-    assert_eq!(o.stdout.matches("rank-ok").count(), 2, "{}", o.report());
+    Job::new(name, 2).env("SRPC_TEST_MODE", mode).run_ok(body);
 }

@@ -5,7 +5,7 @@
 //!   processes under `vmmc-run -n 2` on the shared-memory transport (`rpc-peer vrpc`);
 //! - **ONC-TCP-ours**: the same stubs over this crate's ONC RPC on TCP loopback, client and
 //!   server in two processes (`rpc-peer tcp`);
-//! - **libtirpc-TCP**: a libtirpc C client and C server on TCP loopback (`benches/c/`,
+//! - **libtirpc-TCP**: a libtirpc C client and C server on TCP loopback (`rpc/examples/c/`,
 //!   compiled here with `cc -O2 -I/usr/include/tirpc ... -ltirpc`);
 //! - and, beside the paper rather than the peers, **VRPC-sim**: the VRPC job on the simulated
 //!   SHRIMP (`vmmc-run --transport sim`), in virtual time, against seed 003 §4.2's null VRPC
@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use vmmc_benches::report::{write_json, Report};
+use vmmc_benches::report::{run_series, write_json, Report};
 use vmmc_benches::stats::{median, Sample, Series};
 
 /// vecho.x's program number, served by every contender.
@@ -60,9 +60,10 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Compiles `benches/c/<name>.c` against libtirpc into `dir`.
+/// Compiles `rpc/examples/c/<name>.c` (the C side of rpc's tcp_bench example) against
+/// libtirpc into `dir`.
 fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../rpc/examples/c/{name}.c"));
     let exe = dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
@@ -91,8 +92,8 @@ struct Tirpc {
 }
 
 fn start_tirpc(dir: &Path) -> Result<Tirpc, String> {
-    let server = compile(dir, "rpc_bench_server")?;
-    let client = compile(dir, "rpc_bench_client")?;
+    let server = compile(dir, "bench_server")?;
+    let client = compile(dir, "bench_client")?;
     let mut child = ChildGuard(
         Command::new(&server)
             .arg(PROG.to_string())
@@ -150,24 +151,6 @@ fn tirpc_round(t: &Tirpc, calls: usize) -> Result<Series, String> {
     Ok(s)
 }
 
-/// Runs a Rust contender and reads its series line.
-fn rust_round(cmd: &mut Command, name: &str) -> Result<Series, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{name}: cannot start {:?}: {e}", cmd.get_program()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{name} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| serde_json::from_str::<Series>(l.trim()).ok())
-        .filter(|s| s.series == name)
-        .ok_or_else(|| format!("{name}: no result line"))
-}
-
 fn main() {
     let mut rounds = 5usize;
     let mut calls = 20_000usize;
@@ -216,21 +199,21 @@ fn main() {
             let name = contenders[(k + round) % contenders.len()];
             eprintln!("round {}/{rounds}: {name} ...", round + 1);
             let got = match name {
-                VRPC => rust_round(
+                VRPC => run_series(
                     Command::new(sibling("vmmc-run"))
                         .args(["-n", "2", "--"])
                         .arg(sibling("rpc-peer"))
                         .args(["vrpc", "--calls", &calls_s]),
                     VRPC,
                 ),
-                SIM => rust_round(
+                SIM => run_series(
                     Command::new(sibling("vmmc-run"))
                         .args(["-n", "2", "--transport", "sim", "--"])
                         .arg(sibling("rpc-peer"))
                         .args(["vrpc", "--calls", &sim_calls, "--name", SIM]),
                     SIM,
                 ),
-                OURS => rust_round(
+                OURS => run_series(
                     Command::new(sibling("rpc-peer")).args(["tcp", "--calls", &calls_s]),
                     OURS,
                 ),

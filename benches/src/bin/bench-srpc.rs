@@ -3,7 +3,8 @@
 //!
 //! - **SRPC-AU**, **SRPC-DU**: SHRIMP RPC over an automatic- and a deliberate-update binding
 //!   (stubs generated from `benches/idl/sweep.idl` by the build script);
-//! - **VRPC**: the SunRPC-compatible VRPC, null procedure and echo of the same bytes;
+//! - **VRPC**: the SunRPC-compatible VRPC, null procedure and echo of the same bytes
+//!   (`rpc-peer vrpc --sizes ...`);
 //! - **raw-DU**, **raw-AU**: the bytes and a flag word, there and back, with nothing else;
 //!
 //! all on the shared-memory transport, two processes under `vmmc-run -n 2` (`srpc-peer`); and,
@@ -25,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use vmmc_benches::report::{write_json, Report};
+use vmmc_benches::report::{run_series, write_json, Report};
 use vmmc_benches::stats::{median, Sample, Series};
 
 /// The shm contenders: (series, srpc-peer mode).
@@ -53,34 +54,26 @@ fn sibling(name: &str) -> PathBuf {
         .with_file_name(name)
 }
 
-/// Runs one contender (two ranks) and reads its series line.
+/// The sweep's sizes (srpc-peer's procedures), handed to `rpc-peer vrpc --sizes`.
+const SIZES: &str = "0,4,16,64,256,1024,4096,16384,65536";
+
+/// Runs one contender as the two ranks of a job and reads its series line: `vrpc` is
+/// `rpc-peer vrpc`, the rest `srpc-peer`.
 fn run(mode: &str, name: &str, calls: usize, sim: bool) -> Result<Series, String> {
     let mut cmd = Command::new(sibling("vmmc-run"));
     cmd.args(["-n", "2"]);
     if sim {
         cmd.args(["--transport", "sim"]);
     }
-    cmd.arg("--").arg(sibling("srpc-peer")).args([
-        mode,
-        "--calls",
-        &calls.to_string(),
-        "--name",
-        name,
-    ]);
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{name}: cannot start vmmc-run: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{name} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| serde_json::from_str::<Series>(l.trim()).ok())
-        .filter(|s| s.series == name)
-        .ok_or_else(|| format!("{name}: no result line"))
+    cmd.arg("--");
+    match mode {
+        "vrpc" => cmd
+            .arg(sibling("rpc-peer"))
+            .args(["vrpc", "--sizes", SIZES]),
+        _ => cmd.arg(sibling("srpc-peer")).arg(mode),
+    };
+    cmd.args(["--calls", &calls.to_string(), "--name", name]);
+    run_series(&mut cmd, name)
 }
 
 fn size_label(s: usize) -> String {

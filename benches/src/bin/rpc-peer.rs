@@ -1,15 +1,16 @@
 //! The Rust contenders of `bench-rpc`: the stubs stubgen generated from
 //! `rpc/tests/vrpc_gen/vecho.x`, unchanged, over VRPC (VMMC queues between two processes) and
 //! over this crate's ONC RPC on TCP loopback. Measures the null call, and the echo of 1 KB
-//! and 64 KB of opaque data, each call timed alone; prints one JSON line,
+//! and 64 KB of opaque data (or of the `--sizes` given, 0 meaning the null call: bench-srpc's
+//! sweep), each call timed alone; prints one JSON line,
 //! `{"series":NAME,"points":[{"size":..,"latency_us":..,"bandwidth_mbs":..},..]}`, where
 //! `latency_us` is the median round trip and `bandwidth_mbs` the bytes moved (both ways)
 //! over it.
 //!
 //! ```text
-//! vmmc-run -n 2 [--transport sim] -- rpc-peer vrpc [--calls N] [--name SERIES]
+//! vmmc-run -n 2 [--transport sim] -- rpc-peer vrpc [--calls N] [--sizes A,B,..] [--name SERIES]
 //!                                              rank 0 serves, rank 1 calls ("VRPC-shm")
-//! rpc-peer tcp [--calls N]                     a `tcp-serve` child serves ("ONC-TCP-ours")
+//! rpc-peer tcp [--calls N] [--sizes A,B,..]    a `tcp-serve` child serves ("ONC-TCP-ours")
 //! rpc-peer tcp-serve                           prints its port, serves until stdin closes
 //! ```
 
@@ -58,10 +59,28 @@ impl VechoV1Server for Impl {
     }
 }
 
+/// The cases of `--sizes a,b,..` (a tenth of the calls from 16 KB up), or [`CASES`].
+fn cases(sizes: Option<&str>) -> Result<Vec<(usize, usize)>, String> {
+    let Some(list) = sizes else {
+        return Ok(CASES.to_vec());
+    };
+    list.split(',')
+        .map(|v| match v.trim().parse::<usize>() {
+            Ok(s) => Ok((s, if s >= 16_384 { 10 } else { 1 })),
+            Err(_) => Err(format!("--sizes: {v:?} is not a size")),
+        })
+        .collect()
+}
+
 /// Times every call of each case; the median round trip per case.
-fn measure<C: Call>(c: &mut VechoV1Client<C>, name: &str, calls: usize) -> Result<Series, String> {
+fn measure<C: Call>(
+    c: &mut VechoV1Client<C>,
+    name: &str,
+    calls: usize,
+    cases: &[(usize, usize)],
+) -> Result<Series, String> {
     let mut series = Series::new(name);
-    for (size, share) in CASES {
+    for &(size, share) in cases {
         let n = (calls / share).max(5);
         let data = Opaque(vec![0x5a; size]);
         let mut rt = Vec::with_capacity(n);
@@ -94,7 +113,7 @@ fn measure<C: Call>(c: &mut VechoV1Client<C>, name: &str, calls: usize) -> Resul
     Ok(series)
 }
 
-fn vrpc(calls: usize, name: &str) -> Result<(), String> {
+fn vrpc(calls: usize, name: &str, cases: &[(usize, usize)]) -> Result<(), String> {
     // `run`: on the simulator both ranks are threads of this process, in virtual time.
     vmmc_run::run(|ep| {
         let fail = |e: String| vmmc::Error::Protocol(e);
@@ -112,7 +131,7 @@ fn vrpc(calls: usize, name: &str) -> Result<(), String> {
         }
         let client =
             VrpcClient::bind(&ep, ep.proc_of(0)?).map_err(|e| fail(format!("bind: {e}")))?;
-        let series = measure(&mut VechoV1Client::new(client), name, calls).map_err(fail)?;
+        let series = measure(&mut VechoV1Client::new(client), name, calls, cases).map_err(fail)?;
         println!(
             "{}",
             serde_json::to_string(&series).map_err(|e| fail(e.to_string()))?
@@ -136,7 +155,7 @@ fn tcp_serve() -> Result<(), String> {
     server.shutdown().map_err(|e| e.to_string())
 }
 
-fn tcp(calls: usize) -> Result<(), String> {
+fn tcp(calls: usize, cases: &[(usize, usize)]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .arg("tcp-serve")
@@ -156,7 +175,12 @@ fn tcp(calls: usize) -> Result<(), String> {
         .and_then(|port| {
             let client = TcpClient::connect(([127, 0, 0, 1], port).into())
                 .map_err(|e| format!("connect: {e}"))?;
-            measure(&mut VechoV1Client::new(client), "ONC-TCP-ours", calls)
+            measure(
+                &mut VechoV1Client::new(client),
+                "ONC-TCP-ours",
+                calls,
+                cases,
+            )
         });
     drop(child.stdin.take());
     let _ = child.wait();
@@ -180,18 +204,29 @@ fn main() -> ExitCode {
             }
         }
     }
+    let sizes = args
+        .iter()
+        .position(|a| a == "--sizes")
+        .map(|i| args.get(i + 1).map_or("", String::as_str));
+    let cases = match cases(sizes) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rpc-peer: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let r = match args.first().map(String::as_str) {
         Some("vrpc") => {
             let name = match args.iter().position(|a| a == "--name") {
                 Some(i) => args.get(i + 1).cloned().unwrap_or_default(),
                 None => "VRPC-shm".into(),
             };
-            vrpc(calls, &name)
+            vrpc(calls, &name, &cases)
         }
-        Some("tcp") => tcp(calls),
+        Some("tcp") => tcp(calls, &cases),
         Some("tcp-serve") => tcp_serve(),
         _ => {
-            eprintln!("usage: vmmc-run -n 2 -- rpc-peer vrpc [--calls N] [--name SERIES] | rpc-peer tcp [--calls N] | rpc-peer tcp-serve");
+            eprintln!("usage: vmmc-run -n 2 -- rpc-peer vrpc [--calls N] [--sizes A,B,..] [--name SERIES] | rpc-peer tcp [--calls N] [--sizes A,B,..] | rpc-peer tcp-serve");
             return ExitCode::from(2);
         }
     };

@@ -4,8 +4,7 @@
 //! - `srpc-au`, `srpc-du`: SHRIMP RPC, the stubs stubgen generates from `idl/sweep.idl` at
 //!   build time, over an automatic- or a deliberate-update binding. The server's procedures
 //!   change the first byte of their argument (the client checks it), so results travel back.
-//! - `vrpc`: VRPC, the SunRPC-compatible stubs of `rpc/tests/vrpc_gen/vecho.x`: the null
-//!   procedure and ECHO of the same number of bytes (an argument that comes back).
+//! - (VRPC, the null procedure and the echo of the same bytes, is `rpc-peer vrpc --sizes`.)
 //! - `raw-du`, `raw-au`: the raw VMMC round trip: the same bytes plus a flag word right after
 //!   them, sent (DU) or stored (AU) into the peer's buffer, and back, with the waiting the RPCs
 //!   use (`Region::wait_u32`). No marshalling, no dispatch: what the transport allows.
@@ -15,7 +14,7 @@
 //! the bytes moved both ways over it.
 //!
 //! ```text
-//! vmmc-run -n 2 [--transport sim] -- srpc-peer srpc-au|srpc-du|vrpc|raw-du|raw-au
+//! vmmc-run -n 2 [--transport sim] -- srpc-peer srpc-au|srpc-du|raw-du|raw-au
 //!                                      [--calls N] [--max-size BYTES] [--name SERIES]
 //! ```
 
@@ -27,22 +26,13 @@ mod sweep {
     include!(concat!(env!("OUT_DIR"), "/sweep.rs"));
 }
 
-#[allow(dead_code, clippy::all)]
-#[rustfmt::skip]
-#[path = "../../../rpc/tests/vrpc_gen/vecho.rs"]
-mod vecho;
-
-use rpc::client::Call;
-use rpc::vrpc::{VrpcClient, VrpcServer};
-use rpc::xdr::{Opaque, XdrString};
 use srpc::{InOut, Mode, ServerBinding};
 use std::process::ExitCode;
 use sweep::{SweepClient, SweepServer, SWEEP_LAYOUT};
-use vecho::{node, pair, VechoV1Client, VechoV1Server, VechoV1Service};
 use vmmc::{pace, AuOptions, Endpoint, ExportOptions, MemKind};
 use vmmc_benches::stats::{median, Sample, Series};
 
-/// The sizes of the sweep: 0 is the null call.
+/// The sizes of the sweep: 0 is the null call (bench-srpc gives VRPC the same list).
 const SIZES: [usize; 9] = [0, 4, 16, 64, 256, 1024, 4096, 16384, 65536];
 
 /// The sizes of the sweep up to `max`.
@@ -173,65 +163,6 @@ fn srpc(
     Ok(Some(s))
 }
 
-/// The server side of vecho.x (the benchmark calls the null procedure and ECHO).
-struct Echo;
-
-impl VechoV1Server for Echo {
-    fn echo(&self, arg: vecho::blob) -> vecho::blob {
-        arg
-    }
-    fn add(&self, a: i32, b: i32) -> i32 {
-        a.wrapping_add(b)
-    }
-    fn swap(&self, p: pair) -> pair {
-        pair { a: p.b, b: p.a }
-    }
-    fn concat(&self, mut a: XdrString, b: XdrString) -> XdrString {
-        a.0.extend_from_slice(&b.0);
-        a
-    }
-    fn reverse(&self, list: Option<Box<node>>) -> Option<Box<node>> {
-        list
-    }
-    fn set_value(&self, _: i64) {}
-    fn get_value(&self) -> i64 {
-        0
-    }
-}
-
-fn vrpc(ep: &Endpoint, calls: usize, max: usize, name: &str) -> Result<Option<Series>, String> {
-    if ep.rank() == 0 {
-        VrpcServer::builder(ep)
-            .service(VechoV1Service(Echo))
-            .serve(1)
-            .map_err(|e| format!("VRPC server: {e}"))?;
-        return Ok(None);
-    }
-    let client = VrpcClient::bind(ep, ep.proc_of(0).map_err(|e| e.to_string())?)
-        .map_err(|e| format!("bind: {e}"))?;
-    let mut c = VechoV1Client::new(client);
-    let mut s = Series::new(name);
-    for size in sizes(max) {
-        let n = calls_at(size, calls);
-        let data = Opaque(vec![0x5a; size]);
-        let us = time(n, || {
-            if size == 0 {
-                c.inner
-                    .call::<_, ()>(vecho::VECHO_PROG, vecho::VECHO_V1, 0, &())
-                    .map_err(|e| format!("null call: {e}"))
-            } else {
-                let back = c.echo(&data).map_err(|e| format!("echo {size}: {e}"))?;
-                match back.len() == size {
-                    true => Ok(()),
-                    false => Err(format!("echo of {size} bytes returned {}", back.len())),
-                }
-            }
-        })?;
-        s.points.push(sample(size, us));
-    }
-    Ok(Some(s))
-}
-
 /// The raw contender's buffer identity (on both ranks).
 const RAW_BUF: vmmc::BufId = 0x5a00_0001;
 
@@ -327,10 +258,10 @@ fn main() -> ExitCode {
         }
     };
     let which = args.first().cloned().unwrap_or_default();
-    if !["srpc-au", "srpc-du", "vrpc", "raw-du", "raw-au"].contains(&which.as_str()) {
+    if !["srpc-au", "srpc-du", "raw-du", "raw-au"].contains(&which.as_str()) {
         eprintln!(
             "usage: vmmc-run -n 2 [--transport sim] -- srpc-peer \
-             srpc-au|srpc-du|vrpc|raw-du|raw-au [--calls N] [--max-size BYTES] [--name SERIES]"
+             srpc-au|srpc-du|raw-du|raw-au [--calls N] [--max-size BYTES] [--name SERIES]"
         );
         return ExitCode::from(2);
     }
@@ -345,7 +276,6 @@ fn main() -> ExitCode {
         let got = match which.as_str() {
             "srpc-au" => srpc(&ep, Mode::Au, calls, max, &name),
             "srpc-du" => srpc(&ep, Mode::Du, calls, max, &name),
-            "vrpc" => vrpc(&ep, calls, max, &name),
             "raw-du" => raw(&ep, false, calls, max, &name),
             _ => raw(&ep, true, calls, max, &name),
         };

@@ -1,4 +1,4 @@
-/* libtirpc TCP client for the tcp_bench example. Usage: bench_client PORT PROG SIZE COUNT.
+/* libtirpc TCP client for the tcp_bench example and bench-rpc. Usage: bench_client PORT PROG SIZE COUNT.
  * SIZE 0 calls the null procedure, otherwise echoes SIZE bytes. Prints the median nanoseconds
  * per call (the median, not the mean: the machine may be shared). */
 #include <rpc/rpc.h>

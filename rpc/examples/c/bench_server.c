@@ -1,4 +1,4 @@
-/* libtirpc TCP server for the tcp_bench example: procedure 0 is null, procedure 1 echoes an
+/* libtirpc TCP server for the tcp_bench example and bench-rpc: procedure 0 is null, procedure 1 echoes an
  * opaque<>. Usage: bench_server PROG. Prints its port, then serves (not registered with
  * rpcbind). */
 #include <rpc/rpc.h>
