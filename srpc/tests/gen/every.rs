@@ -255,6 +255,7 @@ impl EveryClient {
         Ok(())
     }
     /// Calls procedure 9 (`widen`).
+    #[allow(clippy::too_many_arguments)]
     pub fn widen(
         &mut self,
         a: &u8,
@@ -335,6 +336,7 @@ pub trait EveryServer {
     /// Procedure 8 (`bump`).
     fn bump(&mut self, b: &mut srpc::InOut<'_, Bytes>);
     /// Procedure 9 (`widen`).
+    #[allow(clippy::too_many_arguments)]
     fn widen(
         &mut self,
         a: u8,

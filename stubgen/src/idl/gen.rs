@@ -443,8 +443,15 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
             gets.push(quote!(srpc::Wire::get_into(#n, &rep[#a..#b])?;));
         }
         let doc = format!(" Calls procedure {} (`{}`).", pr.number, pr.name);
+        // One argument per parameter, as the interface has them.
+        let many = if pr.params.len() > 6 {
+            quote!(#[allow(clippy::too_many_arguments)])
+        } else {
+            quote!()
+        };
         client_fns.push(quote! {
             #[doc = #doc]
+            #many
             pub fn #f(&mut self, #(#args),*) -> Result<(), srpc::Error> {
                 {
                     let req = self.binding.request(#rqs);
@@ -512,6 +519,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         let tdoc = format!(" Procedure {} (`{}`).", pr.number, pr.name);
         trait_fns.push(quote! {
             #[doc = #tdoc]
+            #many
             fn #f(&mut self, #(#targs),*);
         });
         // Each procedure runs in a function of its own, so that the dispatcher's frame is
