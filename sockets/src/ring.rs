@@ -208,6 +208,12 @@ impl Conn {
         let _ = self.incoming.fetch_add_u32(REFS, 1);
     }
 
+    /// Takes back a count of [`Self::add_process_ref`] for a process that was not started
+    /// after all (a failed spawn). Never ends the connection: the caller still holds it.
+    pub fn remove_process_ref(&self) {
+        let _ = self.incoming.fetch_add_u32(REFS, u32::MAX);
+    }
+
     /// Bytes this connection sent and received.
     pub fn bytes(&self) -> (u64, u64) {
         (

@@ -46,6 +46,8 @@ fn dup_inheritable(fd: i32) -> Option<i32> {
 pub struct Prepared {
     env: Vec<CString>,
     dups: Vec<i32>,
+    /// The connections handed over, one per entry (a spawned child holds each once more).
+    pub conns: Vec<Arc<Conn>>,
 }
 
 impl Prepared {
@@ -67,6 +69,7 @@ pub unsafe fn prepare(envp: *const *const libc::c_char) -> Prepared {
     let mut p = Prepared {
         env: Vec::new(),
         dups: Vec::new(),
+        conns: Vec::new(),
     };
     // SAFETY: the caller's array.
     let has_preload = unsafe { env_has(envp, b"LD_PRELOAD=") };
@@ -96,6 +99,7 @@ pub unsafe fn prepare(envp: *const *const libc::c_char) -> Prepared {
             continue;
         };
         p.dups.extend([i, o, s]);
+        p.conns.push(c.clone());
         entries.push(format!(
             "{fd}:{i}:{o}:{s}:{in_cap}:{out_cap}:{}:{}",
             c.variant().name(),

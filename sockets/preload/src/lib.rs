@@ -19,11 +19,12 @@
 //! would; nothing unwinds into C (a panic aborts with a message).
 //!
 //! `exec` keeps both: the new image is interposed (the hook puts the library back into an
-//! environment that lacks it) and adopts the VMMC connections it inherits (see [`exec`]).
+//! environment that lacks it) and adopts the VMMC connections it inherits (see [`exec`]);
+//! `posix_spawn` and `posix_spawnp` do the same for the child they start.
 //!
-//! Known limits: `posix_spawn` and the `execl` family run `execve` inside the C library,
-//! out of the hooks' reach (the new image is still interposed if the environment names the
-//! library, but inherited VMMC connections are not adopted); an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
+//! Known limits: the `execl` family is variadic (Rust cannot define it) and runs `execve`
+//! inside the C library, out of the hooks' reach (the new image is still interposed if the
+//! environment names the library, but inherited VMMC connections are not adopted); an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
 //! epoll set) wakes on their wake-up bytes only; a process connecting to its own listener from the thread that must
 //! accept deadlocks the setup until its 5 s timeout.
 
@@ -1166,6 +1167,68 @@ pub unsafe extern "C" fn execvp(
 ) -> c_int {
     // SAFETY: the process environment, as execvp uses it.
     unsafe { execvpe(file, argv, environ) }
+}
+
+/// `posix_spawn` through the C library with the environment [`exec::prepare`] completes:
+/// the child is interposed and adopts this process's VMMC connections, as after `fork` and
+/// `exec`. The duplicates made for the child are closed here whatever the outcome (the child
+/// has its own).
+///
+/// # Safety
+/// As `posix_spawn`.
+unsafe fn spawn_with(
+    envp: *const *mut libc::c_char,
+    run: impl FnOnce(*const *mut libc::c_char) -> c_int,
+) -> c_int {
+    let envp = envp as *const *const libc::c_char;
+    // SAFETY: the caller's environment array.
+    let p = guard(|| unsafe { exec::prepare(envp) });
+    // SAFETY: as above.
+    let env = unsafe { exec::environment(envp, &p) };
+    // The child will hold each connection handed over, as a forked child does.
+    for c in &p.conns {
+        c.add_process_ref();
+    }
+    let rc = run(env.as_ptr() as *const *mut libc::c_char);
+    let saved = errno();
+    if rc != 0 {
+        for c in &p.conns {
+            c.remove_process_ref();
+        }
+    }
+    p.abandon();
+    set_errno(saved);
+    rc
+}
+
+/// Hook of `posix_spawn(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    let real = real!(posix_spawn: fn(*mut libc::pid_t, *const libc::c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut libc::c_char, *const *mut libc::c_char) -> c_int);
+    // SAFETY: the caller's arguments; the environment is built for the call.
+    unsafe { spawn_with(envp, |env| real(pid, path, actions, attr, argv, env)) }
+}
+
+/// Hook of `posix_spawnp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    let real = real!(posix_spawnp: fn(*mut libc::pid_t, *const libc::c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut libc::c_char, *const *mut libc::c_char) -> c_int);
+    // SAFETY: the caller's arguments; the environment is built for the call.
+    unsafe { spawn_with(envp, |env| real(pid, file, actions, attr, argv, env)) }
 }
 
 /// The constructor: adopts the VMMC connections an earlier image of this process handed

@@ -1005,8 +1005,9 @@ fn an_idle_program_sleeps() {
     );
 }
 
-/// A connection survives fork + exec: the child execs this binary again (with an environment
-/// that drops LD_PRELOAD, which the library puts back) and talks over the inherited socket.
+/// A connection survives fork + exec (or posix_spawn, with `PRELOAD_ARG=spawn`): the child
+/// runs this binary again (with an environment that drops LD_PRELOAD, which the library puts
+/// back) and talks over the inherited socket.
 fn exec_holder() {
     let (a, mut b) = pair();
     let fd = a.as_raw_fd();
@@ -1038,16 +1039,35 @@ fn exec_holder() {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    // SAFETY: fork; the child only execs (or exits).
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork");
-    if pid == 0 {
-        // SAFETY: null-terminated arrays of C strings that outlive the call.
-        unsafe {
-            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            libc::_exit(127);
+    let pid = if std::env::var("PRELOAD_ARG").as_deref() == Ok("spawn") {
+        let mut pid = 0;
+        // SAFETY: null-terminated arrays of C strings that outlive the call; no file
+        // actions or attributes.
+        let rc = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                exe.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr() as *const *mut libc::c_char,
+                envp.as_ptr() as *const *mut libc::c_char,
+            )
+        };
+        assert_eq!(rc, 0, "posix_spawn");
+        pid
+    } else {
+        // SAFETY: fork; the child only execs (or exits).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: null-terminated arrays of C strings that outlive the call.
+            unsafe {
+                libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                libc::_exit(127);
+            }
         }
-    }
+        pid
+    };
     drop(a);
     let mut got = [0u8; 7];
     b.read_exact(&mut got).expect("bytes from the exec'd image");
@@ -1068,10 +1088,22 @@ fn exec_holder() {
 
 #[test]
 fn a_connection_survives_fork_and_exec() {
-    let s = Scratch::new("exec");
+    inherited_by_a_new_image("exec", "fork");
+}
+
+#[test]
+fn a_connection_survives_posix_spawn() {
+    inherited_by_a_new_image("spawn", "spawn");
+}
+
+/// exec_holder starts a new image (by fork and exec, or posix_spawn) that adopts its
+/// connection and talks over the ring.
+fn inherited_by_a_new_image(scratch: &str, how: &str) {
+    let s = Scratch::new(scratch);
     let mut c = s.cmd(std::env::current_exe().expect("exe"));
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
-        .env("PRELOAD_ROLE", "exec_holder");
+        .env("PRELOAD_ROLE", "exec_holder")
+        .env("PRELOAD_ARG", how);
     let out = c.output().expect("child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
