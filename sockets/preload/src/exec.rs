@@ -4,7 +4,7 @@
 //! Before `execve` the hook makes sure `LD_PRELOAD` names this library in the new
 //! environment (a program may pass an environment of its own), and describes every VMMC
 //! connection whose descriptor survives the exec (no `FD_CLOEXEC`) in `VMMC_SOCK_INHERIT`:
-//! the program's descriptor, inheritable duplicates of the two rings' files and of the setup
+//! the program's descriptors of it (`3+7` after a `dup`), inheritable duplicates of the two rings' files and of the setup
 //! socket, the capacities, the variant and the mode. The new image's constructor maps the
 //! rings again and tracks the descriptors as before. The connection's positions and process
 //! count live in the rings, so nothing else needs to travel; the exec'd image takes the old
@@ -81,13 +81,23 @@ pub unsafe fn prepare(envp: *const *const libc::c_char) -> Prepared {
         }
     }
     let fcntl = real!(fcntl: fn(i32, i32, usize) -> i32);
-    let mut entries = Vec::new();
+    // One entry per connection, naming every inheritable descriptor of it (`dup`s share
+    // one connection, which the new image must hold once).
+    let mut by_conn: Vec<(Arc<Conn>, Vec<i32>)> = Vec::new();
     for (fd, c) in table::vmmc_fds() {
         // SAFETY: F_GETFD on a tracked descriptor.
         let flags = unsafe { fcntl(fd, libc::F_GETFD, 0) };
         if flags < 0 || flags & libc::FD_CLOEXEC != 0 {
             continue;
         }
+        match by_conn.iter_mut().find(|(o, _)| Arc::ptr_eq(o, &c)) {
+            Some((_, fds)) => fds.push(fd),
+            None => by_conn.push((c, vec![fd])),
+        }
+    }
+    let mut entries = Vec::new();
+    for (c, fds) in by_conn {
+        let fd = fds.iter().map(i32::to_string).collect::<Vec<_>>().join("+");
         let Some((inc, out, in_cap, out_cap)) = c.ring_fds() else {
             continue;
         };
@@ -99,12 +109,12 @@ pub unsafe fn prepare(envp: *const *const libc::c_char) -> Prepared {
             continue;
         };
         p.dups.extend([i, o, s]);
-        p.conns.push(c.clone());
         entries.push(format!(
             "{fd}:{i}:{o}:{s}:{in_cap}:{out_cap}:{}:{}",
             c.variant().name(),
             u8::from(c.is_nonblocking())
         ));
+        p.conns.push(c);
     }
     if !entries.is_empty() {
         p.env
@@ -178,8 +188,9 @@ pub fn adopt() {
             continue;
         }
         let num = |i: usize| f[i].parse::<i64>().ok();
-        let (Some(fd), Some(inc), Some(out), Some(setup), Some(in_cap), Some(out_cap)) =
-            (num(0), num(1), num(2), num(3), num(4), num(5))
+        let fds: Option<Vec<i32>> = f[0].split('+').map(|d| d.parse().ok()).collect();
+        let (Some(fds), Some(inc), Some(out), Some(setup), Some(in_cap), Some(out_cap)) =
+            (fds, num(1), num(2), num(3), num(4), num(5))
         else {
             continue;
         };
@@ -204,6 +215,10 @@ pub fn adopt() {
         };
         let conn = Conn::restore(i, o, out_cap as usize, variant, TcpStream::from(setup));
         conn.set_nonblocking(f[7] == "1");
-        drop(table::set(fd as i32, Entry::Vmmc(Arc::new(conn))));
+        // Every descriptor of the connection shares it, as before the exec.
+        let conn = Arc::new(conn);
+        for fd in fds {
+            drop(table::set(fd, Entry::Vmmc(conn.clone())));
+        }
     }
 }

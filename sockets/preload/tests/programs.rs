@@ -576,7 +576,14 @@ fn role() {
         "exec_holder" => exec_holder(),
         // The image exec'd by exec_holder's child: uses the inherited connection.
         "exec_child" => {
-            let fd: i32 = arg.parse().expect("fd");
+            // `fd` or `fd,dup`: a dup of the connection, closed first (the connection must
+            // stay open through the other descriptor).
+            let mut fds = arg.split(',').map(|f| f.parse::<i32>().expect("fd"));
+            let fd = fds.next().expect("fd");
+            if let Some(dup) = fds.next() {
+                // SAFETY: closing an inherited descriptor of ours.
+                assert_eq!(unsafe { libc::close(dup) }, 0, "close the dup");
+            }
             let msg = b"exec ok";
             // SAFETY: writing from and reading into valid buffers.
             unsafe {
@@ -1013,6 +1020,18 @@ fn exec_holder() {
     let fd = a.as_raw_fd();
     // SAFETY: clearing close-on-exec on our descriptor.
     assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    let how = std::env::var("PRELOAD_ARG").unwrap_or_default();
+    // With `dup`: a second descriptor of the same connection goes along too.
+    let dup = (how == "dup").then(|| {
+        // SAFETY: dup of our descriptor (inheritable).
+        let d = unsafe { libc::dup(fd) };
+        assert!(d >= 0, "dup");
+        d
+    });
+    let child_arg = match dup {
+        Some(d) => format!("{fd},{d}"),
+        None => fd.to_string(),
+    };
     let exe = std::ffi::CString::new(
         std::env::current_exe()
             .expect("exe")
@@ -1029,7 +1048,7 @@ fn exec_holder() {
         .map(|(k, v)| format!("{k}={v}"))
         .chain([
             "PRELOAD_ROLE=exec_child".to_string(),
-            format!("PRELOAD_ARG={fd}"),
+            format!("PRELOAD_ARG={child_arg}"),
         ])
         .map(|e| std::ffi::CString::new(e).expect("env"))
         .collect();
@@ -1039,7 +1058,7 @@ fn exec_holder() {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let pid = if std::env::var("PRELOAD_ARG").as_deref() == Ok("spawn") {
+    let pid = if how == "spawn" {
         let mut pid = 0;
         // SAFETY: null-terminated arrays of C strings that outlive the call; no file
         // actions or attributes.
@@ -1068,6 +1087,10 @@ fn exec_holder() {
         }
         pid
     };
+    if let Some(d) = dup {
+        // SAFETY: closing our dup (the child has its own).
+        unsafe { libc::close(d) };
+    }
     drop(a);
     let mut got = [0u8; 7];
     b.read_exact(&mut got).expect("bytes from the exec'd image");
@@ -1094,6 +1117,11 @@ fn a_connection_survives_fork_and_exec() {
 #[test]
 fn a_connection_survives_posix_spawn() {
     inherited_by_a_new_image("spawn", "spawn");
+}
+
+#[test]
+fn a_duplicated_connection_survives_exec_as_one() {
+    inherited_by_a_new_image("execdup", "dup");
 }
 
 /// exec_holder starts a new image (by fork and exec, or posix_spawn) that adopts its
