@@ -145,7 +145,12 @@ fn buf_id(base: BufId, layout: &Layout, peer_rank: usize) -> BufId {
     base | (layout.interface & 0xffff) << 8 | peer_rank as BufId
 }
 
-fn check(layout: &Layout, ep: &Endpoint, peer: usize) -> Result<ProcId, Error> {
+/// Checks a binding's layout and ranks; returns the peer and the layout as the binding
+/// places it: each area grows so that its flag sits in the last 8 bytes of a page, and
+/// arguments or results of up to a page (less the flag) end in the flag's page. A transfer
+/// that crossed a page boundary would be two transfers on SHRIMP (packets and DMA stop at
+/// pages), and the flag's transfer would wait for both.
+fn check(layout: &Layout, ep: &Endpoint, peer: usize) -> Result<(ProcId, Layout), Error> {
     if peer >= 256 || ep.rank() >= 256 {
         return Err(Error::Binding("ranks above 255".into()));
     }
@@ -159,7 +164,18 @@ fn check(layout: &Layout, ep: &Endpoint, peer: usize) -> Result<ProcId, Error> {
     {
         return Err(Error::Binding(format!("bad layout {layout:?}")));
     }
-    Ok(ep.proc_of(peer)?)
+    Ok((ep.proc_of(peer)?, placed(layout, ep.page_size())))
+}
+
+/// `layout` with each area grown to end 8 bytes before a page boundary (see [`check`]).
+fn placed(layout: &Layout, page: usize) -> Layout {
+    let page = page.max(8);
+    let place = |n: usize| (n + 8).div_ceil(page) * page - 8;
+    Layout {
+        request: place(layout.request),
+        reply: place(layout.reply),
+        interface: layout.interface,
+    }
 }
 
 /// One side of a binding: exports a receive buffer `(id, len)` to `peer`, imports the peer's
@@ -235,7 +251,7 @@ impl ClientBinding {
         layout: Layout,
         mode: Mode,
     ) -> Result<ClientBinding, Error> {
-        let sp = check(&layout, ep, server)?;
+        let (sp, layout) = check(&layout, ep, server)?;
         let (replies, to_server, au) = link(
             ep,
             sp,
@@ -375,7 +391,7 @@ impl ServerBinding {
         layout: Layout,
         mode: Mode,
     ) -> Result<ServerBinding, Error> {
-        let cp = check(&layout, ep, client)?;
+        let (cp, layout) = check(&layout, ep, client)?;
         let (calls, to_client, au) = link(
             ep,
             cp,
@@ -631,6 +647,36 @@ impl<T: Wire> Drop for InOut<'_, T> {
     fn drop(&mut self) {
         if !self.set {
             let _ = self.core.put(self.pos, &self.value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_sit_at_the_end_of_a_page() {
+        let l = |request, reply| Layout {
+            request,
+            reply,
+            interface: 7,
+        };
+        for (given, want) in [
+            (0, 4088),
+            (8, 4088),
+            (4088, 4088),
+            (4096, 8184),
+            (65536, 69624),
+        ] {
+            let p = placed(&l(given, given), 4096);
+            assert_eq!(
+                (p.request, p.reply, p.interface),
+                (want, want, 7),
+                "{given}"
+            );
+            // Small blocks before the flag stay in the flag's page.
+            assert_eq!((p.request - 8) / 4096, (p.request + 3) / 4096);
         }
     }
 }
