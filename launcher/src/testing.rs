@@ -36,31 +36,41 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds `packages` with cargo in the running test's profile (a no-op when they are fresh),
+/// so that the binaries and libraries a test runs match the sources under test.
+pub fn cargo_build(packages: &[&str]) {
+    let dir = target_dir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("build").current_dir(env!("CARGO_MANIFEST_DIR"));
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(profile) => {
+            cmd.args(["--profile", profile]);
+        }
+        None => panic!("cannot tell the profile from {}", dir.display()),
+    }
+    let st = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
+    assert!(st.success(), "cargo build {packages:?} failed");
+}
+
 /// The `vmmc-run` launcher of the test's profile, built once per test process if needed.
 pub fn launcher() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = target_dir();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(&cargo);
-            cmd.args(["build", "-p", "vmmc-run"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            match dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some("release") => {
-                    cmd.arg("--release");
-                }
-                Some(profile) => {
-                    cmd.args(["--profile", profile]);
-                }
-                None => panic!("cannot tell the profile from {}", dir.display()),
-            }
-            let st = cmd
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-            assert!(st.success(), "cargo build -p vmmc-run failed");
-            dir.join("vmmc-run")
+            cargo_build(&["vmmc-run"]);
+            let l = target_dir().join("vmmc-run");
+            assert!(l.exists(), "{} missing after the build", l.display());
+            l
         })
         .clone()
 }
@@ -140,6 +150,22 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
+/// Runs `cmd` (its program, arguments and environment) as the `ranks` ranks of a job under
+/// the launcher, within `limit` (see [`output_within`]).
+pub fn run_job(ranks: usize, cmd: &Command, limit: Duration) -> Output {
+    let mut full = Command::new(launcher());
+    full.args(["-n", &ranks.to_string(), "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => full.env(k, v),
+            None => full.env_remove(k),
+        };
+    }
+    output_within(&mut full, limit)
+}
+
 /// A test's body run as the ranks of a job over shm.
 pub struct Job {
     name: String,
@@ -179,15 +205,13 @@ impl Job {
             println!("rank-ok");
             std::process::exit(0);
         }
-        let mut cmd = Command::new(launcher());
-        cmd.args(["-n", &self.ranks.to_string(), "--"])
-            .arg(std::env::current_exe().expect("current_exe"))
-            .args(["--exact", &self.name, "--nocapture", "--test-threads=1"])
+        let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+        cmd.args(["--exact", &self.name, "--nocapture", "--test-threads=1"])
             .env(RANK_OF, &self.name);
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        output_within(&mut cmd, self.limit)
+        run_job(self.ranks, &cmd, self.limit)
     }
 
     /// [`Job::run`], asserting that the job succeeded and every rank printed `rank-ok`.

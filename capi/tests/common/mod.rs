@@ -2,7 +2,7 @@
 //! C compiler, scratch directories.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The crate's directory.
@@ -15,43 +15,7 @@ pub fn include_dir() -> PathBuf {
     crate_dir().join("include")
 }
 
-/// `target/<profile>`: the test executable is `target/<profile>/deps/<name>-<hash>`.
-pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf()
-}
-
-/// Builds packages with cargo in the profile of this test (a no-op when they are fresh), so
-/// that `libvmmc.so` and `vmmc-run` match the sources under test.
-pub fn cargo_build(packages: &[&str]) {
-    let cargo = std::env::var("CARGO")
-        .ok()
-        .or(option_env!("CARGO").map(String::from))
-        .unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(&cargo);
-    cmd.arg("build").current_dir(crate_dir());
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    let dir = target_dir();
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(profile) => {
-            cmd.args(["--profile", profile]);
-        }
-        None => panic!("cannot tell the profile from {}", dir.display()),
-    }
-    let st = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-    assert!(st.success(), "cargo build {packages:?} failed");
-}
+pub use vmmc_run::testing::{cargo_build, target_dir};
 
 /// `libvmmc.so`, built if needed.
 pub fn libvmmc() -> PathBuf {

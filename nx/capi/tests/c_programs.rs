@@ -1,10 +1,10 @@
 //! C programs that use only nx.h, compiled against libnx.so and run as jobs of 2-4 processes
 //! under the launcher.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use vmmc_run::testing::{cargo_build, run_job, target_dir};
 
 /// A job's time limit.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -13,39 +13,10 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>`.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf()
-}
-
 /// Builds libnx.so and the launcher in this test's profile, once per test process.
 fn build() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "-p", "nx-capi", "-p", "vmmc-run"])
-            .current_dir(crate_dir());
-        let dir = target_dir();
-        match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(profile) => {
-                cmd.args(["--profile", profile]);
-            }
-            None => panic!("cannot tell the profile from {}", dir.display()),
-        }
-        let st = cmd
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-        assert!(st.success(), "cargo build of nx-capi and vmmc-run failed");
-    });
+    ONCE.call_once(|| cargo_build(&["nx-capi", "vmmc-run"]));
     let so = target_dir().join("libnx.so");
     assert!(so.exists(), "{} missing after the build", so.display());
 }
@@ -88,56 +59,17 @@ struct Job {
 
 /// Runs `exe` as a job of `n` under the launcher, with `env`.
 fn run(exe: &Path, n: usize, env: &[(&str, &str)]) -> Job {
-    let launcher = target_dir().join("vmmc-run");
-    let mut cmd = Command::new(&launcher);
-    cmd.args(["-n", &n.to_string(), "--"]).arg(exe);
+    let mut cmd = Command::new(exe);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", launcher.display()));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
     let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait for vmmc-run") {
-            break Some(st);
-        }
-        if t0.elapsed() > LIMIT {
-            // SIGTERM: the launcher passes it on to the ranks (SIGKILL would orphan them).
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = t0.elapsed();
-    let (stdout, stderr) = (out_t.join().unwrap(), err_t.join().unwrap());
-    let status = status.unwrap_or_else(|| {
-        panic!(
-            "{} did not finish in {LIMIT:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-            exe.display()
-        )
-    });
+    let o = run_job(n, &cmd, LIMIT);
     Job {
-        ok: status.success(),
-        stdout,
-        stderr,
-        took,
+        ok: o.status.success(),
+        stdout: o.stdout,
+        stderr: o.stderr,
+        took: t0.elapsed(),
     }
 }
 
