@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod cacheline;
+pub mod cli;
 pub mod report;
 pub mod stats;
 

@@ -2,6 +2,7 @@
 //! measured points ([`Sample`]) and named lines ([`Series`]) built from them.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The median of `v` (sorted in place); NaN for an empty slice.
 ///
@@ -89,6 +90,39 @@ impl Series {
     /// The sample at `size`, if measured.
     pub fn at(&self, size: usize) -> Option<&Sample> {
         self.points.iter().find(|p| p.size == size)
+    }
+}
+
+/// Round trips of several contenders over several rounds: each round's figure per size, kept
+/// until the medians are taken.
+#[derive(Debug, Default)]
+pub struct Rounds {
+    by: BTreeMap<String, BTreeMap<usize, Vec<f64>>>,
+}
+
+impl Rounds {
+    /// Adds one round of a contender (its series' `latency_us` are round trips).
+    pub fn add(&mut self, s: Series) {
+        let e = self.by.entry(s.series).or_default();
+        for p in s.points {
+            e.entry(p.size).or_default().push(p.latency_us);
+        }
+    }
+
+    /// The series `name`: per size, the median round trip over the rounds, and the bytes
+    /// moved both ways over it; `None` if it never ran.
+    pub fn round_trip_series(&self, name: &str) -> Option<Series> {
+        let by_size = self.by.get(name)?;
+        let mut s = Series::new(name);
+        for (&size, v) in by_size {
+            let latency_us = median(&mut v.clone());
+            s.points.push(Sample {
+                size,
+                latency_us,
+                bandwidth_mbs: 2.0 * size as f64 / latency_us,
+            });
+        }
+        Some(s)
     }
 }
 

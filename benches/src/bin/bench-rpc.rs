@@ -22,12 +22,12 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use vmmc_benches::cli::RoundsArgs;
 use vmmc_benches::report::{run_series, write_json, Report};
-use vmmc_benches::stats::{median, Sample, Series};
+use vmmc_benches::stats::{Rounds, Sample, Series};
 
 /// vecho.x's program number, served by every contender.
 const PROG: u32 = 0x2000_5b01;
@@ -151,33 +151,17 @@ fn tirpc_round(t: &Tirpc, calls: usize) -> Result<Series, String> {
     Ok(s)
 }
 
+/// bench-rpc's options.
+#[derive(clap::Parser)]
+#[command(about = "VRPC beside ONC RPC over TCP and libtirpc (seed 003 §4.2)")]
+struct Cli {
+    #[command(flatten)]
+    rounds: RoundsArgs,
+}
+
 fn main() {
-    let mut rounds = 5usize;
-    let mut calls = 20_000usize;
-    let mut out_dir = PathBuf::from("bench-results");
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--rounds" => {
-                rounds = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--rounds K")
-            }
-            "--calls" => calls = args.next().and_then(|v| v.parse().ok()).expect("--calls N"),
-            "--quick" => (rounds, calls) = (1, 300),
-            "--out" => out_dir = args.next().map(PathBuf::from).expect("--out DIR"),
-            "-h" | "--help" => {
-                println!("bench-rpc [--rounds K] [--calls N] [--quick] [--out DIR]");
-                return;
-            }
-            other => {
-                eprintln!("unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
-    let rounds = rounds.max(1);
+    let cli = <Cli as clap::Parser>::parse();
+    let (rounds, calls) = (cli.rounds.rounds(), cli.rounds.calls());
     let calls_s = calls.to_string();
     let tmp = std::env::temp_dir().join(format!("bench-rpc-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("a temporary directory");
@@ -190,7 +174,7 @@ fn main() {
     };
 
     // Per contender, per size: the median of every round.
-    let mut acc: BTreeMap<&str, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
+    let mut acc = Rounds::default();
     let contenders = [VRPC, OURS, TIRPC, SIM];
     let sim_calls = (calls / 20).max(20).to_string();
     for round in 0..rounds {
@@ -223,12 +207,7 @@ fn main() {
                 },
             };
             match got {
-                Ok(s) => {
-                    let e = acc.entry(name).or_default();
-                    for p in s.points {
-                        e.entry(p.size).or_default().push(p.latency_us);
-                    }
-                }
+                Ok(s) => acc.add(s),
                 Err(e) => {
                     eprintln!("bench-rpc: {e}");
                     std::process::exit(1);
@@ -256,19 +235,9 @@ fn main() {
         PAPER_NULL_US,
     );
     for name in contenders {
-        let Some(by_size) = acc.get(name) else {
-            continue;
-        };
-        let mut s = Series::new(name);
-        for (&size, v) in by_size {
-            let latency_us = median(&mut v.clone());
-            s.points.push(Sample {
-                size,
-                latency_us,
-                bandwidth_mbs: 2.0 * size as f64 / latency_us,
-            });
+        if let Some(s) = acc.round_trip_series(name) {
+            report.push(s);
         }
-        report.push(s);
     }
     let rt = |r: &Report, name: &str, size| r.at(name, size).map(|p| p.latency_us);
     for (case, size, _) in CASES {
@@ -323,8 +292,8 @@ fn main() {
     for n in &report.notes {
         println!("note: {n}");
     }
-    std::fs::create_dir_all(&out_dir).expect("create the output directory");
-    let path = out_dir.join("rpc.json");
+    std::fs::create_dir_all(&cli.rounds.out).expect("create the output directory");
+    let path = cli.rounds.out.join("rpc.json");
     write_json(&report, &path).expect("write JSON");
     println!("\nwrote {}", path.display());
 }

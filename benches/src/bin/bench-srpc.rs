@@ -18,16 +18,16 @@
 //! round trip), writes `srpc.json`.
 //!
 //! `bench-srpc [--rounds K] [--calls N] [--quick] [--no-sim] [--out DIR]` (`--quick`: one
-//! round of 300 calls, for a smoke run). Build first:
+//! round of 300 calls, for a smoke run; `--help` says more). Build first:
 //! `cargo build --release -p vmmc-run -p vmmc-benches`.
 
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
+use vmmc_benches::cli::RoundsArgs;
 use vmmc_benches::report::{run_series, write_json, Report};
-use vmmc_benches::stats::{median, Sample, Series};
+use vmmc_benches::stats::{Rounds, Series};
 
 /// The shm contenders: (series, srpc-peer mode).
 const SHM: [(&str, &str); 5] = [
@@ -84,63 +84,40 @@ fn size_label(s: usize) -> String {
     }
 }
 
+/// bench-srpc's options.
+#[derive(clap::Parser)]
+#[command(about = "SHRIMP RPC beside VRPC and the raw VMMC round trip (seed 003 Fig. 8)")]
+struct Cli {
+    #[command(flatten)]
+    rounds: RoundsArgs,
+    /// Leave out the simulated SHRIMP.
+    #[arg(long)]
+    no_sim: bool,
+}
+
 fn main() {
-    let mut rounds = 5usize;
-    let mut calls = 20_000usize;
-    let mut sim = true;
-    let mut out_dir = PathBuf::from("bench-results");
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--rounds" => {
-                rounds = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--rounds K")
-            }
-            "--calls" => calls = args.next().and_then(|v| v.parse().ok()).expect("--calls N"),
-            "--quick" => (rounds, calls) = (1, 300),
-            "--no-sim" => sim = false,
-            "--out" => out_dir = args.next().map(PathBuf::from).expect("--out DIR"),
-            "-h" | "--help" => {
-                println!("bench-srpc [--rounds K] [--calls N] [--quick] [--no-sim] [--out DIR]");
-                return;
-            }
-            other => {
-                eprintln!("unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
-    let rounds = rounds.max(1);
+    let cli = <Cli as clap::Parser>::parse();
+    let (rounds, calls, sim) = (cli.rounds.rounds(), cli.rounds.calls(), !cli.no_sim);
     let fail = |e: String| -> ! {
         eprintln!("bench-srpc: {e}");
         std::process::exit(1)
     };
 
     // Per contender, per size: each round's median.
-    let mut acc: BTreeMap<&str, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
+    let mut acc = Rounds::default();
     for round in 0..rounds {
         for k in 0..SHM.len() {
             // A rotating order: each contender runs first, second and last in turn.
             let (name, mode) = SHM[(k + round) % SHM.len()];
             eprintln!("round {}/{rounds}: {name} ...", round + 1);
-            let s = run(mode, name, calls, false).unwrap_or_else(|e| fail(e));
-            let e = acc.entry(name).or_default();
-            for p in s.points {
-                e.entry(p.size).or_default().push(p.latency_us);
-            }
+            acc.add(run(mode, name, calls, false).unwrap_or_else(|e| fail(e)));
         }
     }
     let sim_calls = (calls / 100).clamp(10, 40);
     if sim {
         for (name, mode) in SIM {
             eprintln!("simulated SHRIMP: {name} ...");
-            let s = run(mode, name, sim_calls, true).unwrap_or_else(|e| fail(e));
-            let e = acc.entry(name).or_default();
-            for p in s.points {
-                e.entry(p.size).or_default().push(p.latency_us);
-            }
+            acc.add(run(mode, name, sim_calls, true).unwrap_or_else(|e| fail(e)));
         }
     }
 
@@ -165,19 +142,9 @@ fn main() {
         PAPER_VRPC_US,
     );
     for (name, _) in SHM.iter().chain(SIM.iter()) {
-        let Some(by_size) = acc.get(name) else {
-            continue;
-        };
-        let mut s = Series::new(*name);
-        for (&size, v) in by_size {
-            let latency_us = median(&mut v.clone());
-            s.points.push(Sample {
-                size,
-                latency_us,
-                bandwidth_mbs: 2.0 * size as f64 / latency_us,
-            });
+        if let Some(s) = acc.round_trip_series(name) {
+            report.push(s);
         }
-        report.push(s);
     }
     let null = |r: &Report, name: &str| r.at(name, 0).map(|p| p.latency_us);
     let mut ratios = Vec::new();
@@ -257,8 +224,8 @@ fn main() {
     for n in &report.notes {
         println!("note: {n}");
     }
-    std::fs::create_dir_all(&out_dir).expect("create the output directory");
-    let path = out_dir.join("srpc.json");
+    std::fs::create_dir_all(&cli.rounds.out).expect("create the output directory");
+    let path = cli.rounds.out.join("srpc.json");
     write_json(&report, &path).expect("write JSON");
     println!("\nwrote {}", path.display());
 }
