@@ -41,6 +41,8 @@ pub struct AutoUpdateBinding {
     combining: bool,
     /// Pending combined packet: local offsets `[start, end)`.
     dirty: Cell<Option<(usize, usize)>>,
+    /// A packet being assembled from the local copy (allocated once, not per flush).
+    packet: std::cell::RefCell<Vec<u8>>,
     /// The transport's native path: the receive buffer mapped here (word stores without
     /// combining or notification go straight into it).
     window: Option<crate::Window>,
@@ -76,6 +78,7 @@ impl Proxy {
             },
             combining: opts.combining,
             dirty: Cell::new(None),
+            packet: std::cell::RefCell::new(Vec::new()),
             window: if opts.combining || opts.notify || packetizer {
                 None
             } else {
@@ -183,14 +186,23 @@ impl AutoUpdateBinding {
         // A store larger than a packet leaves as full packets, in order; its tail stays
         // pending, so that the next consecutive store (a flag) combines with it.
         let (mut at, end) = (offset, offset + len);
-        let mut packet = [0u8; MAX_PACKET];
         while end - at > MAX_PACKET {
-            self.local.read(at, &mut packet)?;
-            self.propagate(at, &packet)?;
+            self.send_local(at, MAX_PACKET)?;
             at += MAX_PACKET;
         }
         self.dirty.set(Some((at, end)));
         Ok(())
+    }
+
+    /// Propagates `len` bytes of the local copy at `at` (at most a packet).
+    fn send_local(&self, at: usize, len: usize) -> Result<()> {
+        let mut packet = self.packet.borrow_mut();
+        if packet.len() < len {
+            packet.resize(MAX_PACKET.max(len), 0);
+        }
+        let p = &mut packet[..len];
+        self.local.read(at, p)?;
+        self.propagate(at, p)
     }
 
     /// Sends the pending combined packet, if any.
@@ -201,10 +213,7 @@ impl AutoUpdateBinding {
         let Some((s, e)) = self.dirty.take() else {
             return Ok(());
         };
-        let mut packet = [0u8; MAX_PACKET];
-        let p = &mut packet[..e - s];
-        self.local.read(s, p)?;
-        self.propagate(s, p)
+        self.send_local(s, e - s)
     }
 
     /// A guard that batches stores and flushes when dropped.
