@@ -24,8 +24,12 @@ const CONN_BASE: BufId = 0x4e58_0000;
 /// First buffer id of receive memory exported for zero-copy transfers.
 const LARGE_FIRST: BufId = 0x5000_0000;
 const LARGE_LAST: BufId = 0xEFFF_FFFF;
-/// Bytes copied to the safe buffer between two looks for the scout's reply.
-const COPY_CHUNK: usize = 32 * 1024;
+/// Bytes copied to the safe buffer between two looks for the scout's reply (a page: the
+/// reply of a waiting receiver is seen within a page's copy).
+const COPY_CHUNK: usize = 4096;
+/// Largest safe buffer kept for the next blocking zero-copy send (a fresh one would cost an
+/// allocation and a page fault per page touched).
+const SPARE_MAX: usize = 16 << 20;
 /// Relax turns between checks that the peers waited for are alive.
 const CHECK_EVERY: u32 = 2048;
 /// Largest data that the one-copy deliberate-update path ([`SmallPath::Du`]) copies beside
@@ -245,6 +249,8 @@ pub(crate) struct State {
     /// Peers' receive memory imported for zero-copy sends, by (peer, buffer id).
     imported: Vec<(usize, BufId, vmmc::Proxy, u64)>,
     tick: u64,
+    /// A safe buffer of an earlier zero-copy send, kept for the next one.
+    spare: Vec<u8>,
 }
 
 /// Receive memory kept exported for a sender (seed 003: "if it hasn't done so already, the
@@ -305,11 +311,12 @@ impl Core {
         if n > 0xFFFF {
             return Err(NxError::Config(format!("{n} processes: at most 65535")));
         }
-        let lay = Layout::new(cfg.threshold, cfg.slots);
+        let threshold = cfg.threshold_for(n);
+        let lay = Layout::new(threshold, cfg.slots);
         let has_ready = Arc::new(AtomicBool::new(false));
         let core = Arc::new(Core {
             ep: ep.clone(),
-            threshold: cfg.threshold.min(lay.cap()),
+            threshold: threshold.min(lay.cap()),
             me,
             n,
             has_ready: has_ready.clone(),
@@ -345,6 +352,7 @@ impl Core {
                 exported: Vec::new(),
                 imported: Vec::new(),
                 tick: 0,
+                spare: Vec::new(),
             }),
         });
         let mut inbufs = Vec::with_capacity(n);
@@ -1011,18 +1019,37 @@ impl State {
             id,
             ..self.user_hdr(K_SCOUT, internal, mtype, data.len())
         };
+        let safe = safe_copy.then(|| self.take_spare(data.len()));
         self.large.insert(
             id,
             LargeSend {
                 dest: p,
                 data,
                 owned,
-                safe: safe_copy.then(|| Vec::with_capacity(data.len())),
+                safe,
                 mid: None,
             },
         );
         self.send_or_queue(p, h, &[])?;
         Ok(id)
+    }
+
+    /// An empty safe buffer for `len` bytes: the spare one if it is large enough.
+    fn take_spare(&mut self, len: usize) -> Vec<u8> {
+        if self.spare.capacity() >= len {
+            let mut v = std::mem::take(&mut self.spare);
+            v.clear();
+            v
+        } else {
+            Vec::with_capacity(len)
+        }
+    }
+
+    /// Keeps a used safe buffer as the spare when it is larger than the spare (and not huge).
+    fn keep_spare(&mut self, v: Vec<u8>) {
+        if v.capacity() <= SPARE_MAX && v.capacity() > self.spare.capacity() {
+            self.spare = v;
+        }
     }
 
     /// Whether zero-copy send `id` is still waiting for its reply.
@@ -1101,6 +1128,9 @@ impl State {
         }
         if let Some(mid) = ls.mid {
             self.complete(mid, None, None);
+        }
+        if let Some(v) = ls.safe {
+            self.keep_spare(v);
         }
         Ok(())
     }

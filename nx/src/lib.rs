@@ -4,7 +4,7 @@
 //! project built it over VMMC (seed 003 §4.1), handed an [`vmmc::Endpoint`]:
 //! - At start, a connection is set up between every pair of processes: each process exports
 //!   one receive buffer per peer, divided into packet buffers, and imports the peer's.
-//! - Messages up to the threshold ([`Config::threshold`]) use the **one-copy protocol**: the
+//! - Messages up to the threshold ([`Config::threshold_for`]) use the **one-copy protocol**: the
 //!   sender writes data and descriptor into a free packet buffer of the receiver (by
 //!   deliberate update straight from the user's memory, by one deliberate update after a
 //!   local copy, or by automatic update: [`SmallPath`]); the receiver copies the data out when

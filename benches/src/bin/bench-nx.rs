@@ -140,7 +140,9 @@ fn main() {
     ));
     report.notes.push(format!(
         "NX threshold (one-copy up to, zero-copy above): {} bytes",
-        threshold.as_deref().unwrap_or("16384 (default)")
+        threshold
+            .as_deref()
+            .unwrap_or("262144 (default for 2 processes)")
     ));
     for name in &order {
         let points = acc[name]

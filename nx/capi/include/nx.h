@@ -22,8 +22,9 @@
  *
  * Settings (environment): NX_SMALL=du|du2|au (small-message path: deliberate update from the
  * user's memory, deliberate update after a copy, automatic update), NX_THRESHOLD=bytes
- * (largest message of the one-copy protocol; larger ones go zero-copy), NX_SLOTS=n (packet
- * buffers per connection).
+ * (largest message of the one-copy protocol; larger ones go zero-copy; by default 256 KiB,
+ * less beyond 16 processes so that the packet buffers of all connections stay within 64 MiB,
+ * never under 16 KiB), NX_SLOTS=n (packet buffers per connection, 16 by default).
  *
  * Handlers (hrecv, hrecvx) run on the thread of the NX call that finds their message, or on
  * the library's notification thread: one at a time, never nested. They may call NX.
