@@ -36,7 +36,16 @@ pub struct Config {
     /// by default in the Rust API (C programs, which manage their memory themselves, have it
     /// on unless `NX_REGCACHE=0`).
     pub reg_cache: bool,
+    /// Receiver-assisted zero-copy (`NX_PULL=1`, the default; `0` keeps seed 003's protocol
+    /// as it is): when a blocking receive takes a zero-copy message of at least
+    /// [`PULL_MIN`] bytes and the registration cache is on, the sender writes the first half
+    /// into the receiver's memory while the receiver reads the second half from the sender's
+    /// (remote read), so that both processes copy at once.
+    pub pull: bool,
 }
+
+/// Smallest zero-copy message split between the sender's writes and the receiver's reads.
+pub const PULL_MIN: usize = 128 << 10;
 
 /// Smallest automatic threshold ([`Config::threshold_for`]).
 pub const AUTO_MIN: usize = 16 << 10;
@@ -53,6 +62,7 @@ impl Default for Config {
             threshold: None,
             slots: 16,
             reg_cache: false,
+            pull: true,
         }
     }
 }
@@ -90,6 +100,17 @@ impl Config {
                 other => {
                     return Err(NxError::Config(format!(
                         "NX_REGCACHE={other:?}: expected 1 or 0"
+                    )))
+                }
+            };
+        }
+        if let Ok(v) = std::env::var("NX_PULL") {
+            c.pull = match v.trim() {
+                "1" | "on" | "yes" => true,
+                "0" | "off" | "no" => false,
+                other => {
+                    return Err(NxError::Config(format!(
+                        "NX_PULL={other:?}: expected 1 or 0"
                     )))
                 }
             };

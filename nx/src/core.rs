@@ -7,6 +7,7 @@
 //! The endpoint's notification thread makes progress too, when a peer nudges this process
 //! (it ran out of packet buffers, replied to a scout, or has a message for a handler).
 
+use crate::config::PULL_MIN;
 use crate::config::{Config, SmallPath};
 use crate::error::{NxError, Result};
 use crate::usermem::UserBuf;
@@ -160,7 +161,13 @@ enum St {
     /// A receive waiting for a message.
     Posted,
     /// A zero-copy receive: the user's memory is exported as `buf` for `src`.
-    AwaitData { src: usize, buf: BufId, id: u32 },
+    AwaitData {
+        src: usize,
+        buf: BufId,
+        id: u32,
+        /// Bytes the receive takes.
+        n: usize,
+    },
     /// A zero-copy send waiting for its reply.
     Sending { id: u32 },
     /// Complete (with the message's info for a receive).
@@ -176,6 +183,9 @@ struct Req {
     state: St,
     info: Option<Info>,
     ignored: bool,
+    /// A blocking receive: its caller waits in the library until it completes, so it can
+    /// read its part of a receiver-assisted transfer at once ([`F_PULL`]).
+    blocking: bool,
 }
 
 struct LargeSend {
@@ -185,6 +195,9 @@ struct LargeSend {
     /// The safe copy being made while waiting for the reply (blocking sends).
     safe: Option<Vec<u8>>,
     mid: Option<Mid>,
+    /// The receiver reads part of the data from this export of the sender's memory: the
+    /// send waits for its [`K_PULLED`].
+    pulling: Option<BufId>,
 }
 
 impl LargeSend {
@@ -251,6 +264,10 @@ pub(crate) struct State {
     tick: u64,
     /// A safe buffer of an earlier zero-copy send, kept for the next one.
     spare: Vec<u8>,
+    /// Bytes this process read from senders' memory in receiver-assisted transfers.
+    pub pulled: u64,
+    /// Bytes receivers read from this process's memory in receiver-assisted transfers.
+    pub lent: u64,
 }
 
 /// Receive memory kept exported for a sender (seed 003: "if it hasn't done so already, the
@@ -353,6 +370,8 @@ impl Core {
                 imported: Vec::new(),
                 tick: 0,
                 spare: Vec::new(),
+                pulled: 0,
+                lent: 0,
             }),
         });
         let mut inbufs = Vec::with_capacity(n);
@@ -726,6 +745,14 @@ impl State {
                     self.free_slot(p, slot)?;
                     self.on_want(p, h.id)?;
                 }
+                K_PULL => {
+                    self.free_slot(p, slot)?;
+                    self.on_pull(p, &h)?;
+                }
+                K_PULLED => {
+                    self.free_slot(p, slot)?;
+                    self.on_pulled(h.id);
+                }
                 k => return Err(vmmc::Error::Protocol(format!("descriptor kind {k}")).into()),
             }
         }
@@ -1028,6 +1055,7 @@ impl State {
                 owned,
                 safe,
                 mid: None,
+                pulling: None,
             },
         );
         self.send_or_queue(p, h, &[])?;
@@ -1064,6 +1092,10 @@ impl State {
             return true;
         };
         let len = ls.data.len();
+        if ls.pulling.is_some() {
+            // The receiver reads the user's memory: the send waits for it.
+            return false;
+        }
         let Some(safe) = ls.safe.as_mut() else {
             return false;
         };
@@ -1086,23 +1118,52 @@ impl State {
 
     /// The scout's reply: write the data straight into the receiver's memory, then say so.
     fn on_reply(&mut self, p: usize, h: &Hdr) -> Result<()> {
-        let Some(ls) = self.large.remove(&h.id) else {
+        let Some(mut ls) = self.large.remove(&h.id) else {
             // A send forgotten after it failed: nobody waits for its data.
             return Ok(());
         };
         let n = h.n as usize;
-        let src = ls.source();
-        if n > src.len() {
-            return Err(
-                vmmc::Error::Protocol(format!("reply asks {n} of {} bytes", src.len())).into(),
-            );
+        if n > ls.source().len() {
+            return Err(vmmc::Error::Protocol(format!(
+                "reply asks {n} of {} bytes",
+                ls.source().len()
+            ))
+            .into());
         }
         if h.buf != 0 {
             let n4 = n & !3;
             let mut cancelled = false;
-            if n4 > 0 {
+            // Receiver-assisted: a blocking send still reading from the user's memory, to a
+            // blocking receive; the receiver reads from `half` on, page aligned.
+            let half = (n4 / 2) & !4095;
+            let split = h.kind & F_PULL != 0
+                && self.cfg.pull
+                && self.cfg.reg_cache
+                && n4 >= PULL_MIN
+                && ls.owned.is_none()
+                && ls.safe.as_ref().is_some_and(|s| s.len() < ls.data.len())
+                && !vmmc::pace::is_paced();
+            let upto = if split {
+                let exp = self.export_for(p, ls.data, ls.data.len(), false)?;
+                self.lent += (n4 - half) as u64;
+                ls.pulling = Some(exp);
+                let pull = Hdr {
+                    kind: K_PULL,
+                    id: h.id,
+                    buf: h.buf,
+                    n: half as u64,
+                    len: exp as u64,
+                    ..Hdr::default()
+                };
+                self.send_or_queue(p, pull, &[])?;
+                half
+            } else {
+                n4
+            };
+            let src = ls.source();
+            if upto > 0 {
                 let proxy = self.import_for(p, h.buf)?;
-                match proxy.send(0, &src[..n4]) {
+                match proxy.send(0, &src[..upto]) {
                     Ok(()) => {}
                     // The receiver cancelled its receive.
                     Err(vmmc::Error::Unexported) => {
@@ -1114,7 +1175,7 @@ impl State {
             }
             if !cancelled {
                 let mut tail = [0u8; 4];
-                tail[..n - n4].copy_from_slice(&src[n4..n]);
+                tail[..n - n4].copy_from_slice(&ls.source()[n4..n]);
                 let d = Hdr {
                     kind: K_DONE,
                     id: h.id,
@@ -1126,6 +1187,11 @@ impl State {
                 self.send_or_queue(p, d, &[])?;
             }
         }
+        if ls.pulling.is_some() {
+            // Complete when the receiver has read its part.
+            self.large.insert(h.id, ls);
+            return Ok(());
+        }
         if let Some(mid) = ls.mid {
             self.complete(mid, None, None);
         }
@@ -1133,6 +1199,70 @@ impl State {
             self.keep_spare(v);
         }
         Ok(())
+    }
+
+    /// Receiver-assisted zero-copy: read the sender's part into the receive's memory, then
+    /// say so. A failed read fails the receive.
+    fn on_pull(&mut self, p: usize, h: &Hdr) -> Result<()> {
+        let from = h.n as usize;
+        let target = self.awaiting.get(&(p, h.buf)).and_then(|mid| {
+            let r = self.reqs.get(mid)?;
+            match r.state {
+                St::AwaitData { n, .. } => Some((*mid, r.buf, n & !3)),
+                _ => None,
+            }
+        });
+        let err = match target {
+            Some((mid, buf, n4)) if from <= n4 => {
+                let r = self
+                    .import_for(p, h.len as BufId)
+                    .and_then(|src| Ok(buf.fill_remote(from, &src, from, n4 - from)?));
+                if r.is_ok() {
+                    self.pulled += (n4 - from) as u64;
+                }
+                r.err().map(|e| (mid, e))
+            }
+            Some((mid, ..)) => Some((
+                mid,
+                vmmc::Error::Protocol(format!("pull from byte {from}")).into(),
+            )),
+            // A cancelled receive: the sender still waits for the word.
+            None => None,
+        };
+        if let Some((mid, e)) = err {
+            if let Some(St::AwaitData { buf, .. }) = self.reqs.get(&mid).map(|r| &r.state) {
+                let buf = *buf;
+                self.awaiting.remove(&(p, buf));
+                self.exported.retain(|e| e.buf != buf);
+                let _ = self.ep.unexport(buf);
+            }
+            let info = self.reqs.get(&mid).and_then(|r| r.info);
+            self.complete(mid, info, Some(e));
+        }
+        let done = Hdr {
+            kind: K_PULLED,
+            id: h.id,
+            ..Hdr::default()
+        };
+        self.send_or_queue(p, done, &[])
+    }
+
+    /// The receiver read its part of zero-copy send `id`: the send is complete.
+    fn on_pulled(&mut self, id: u32) {
+        let Some(ls) = self.large.remove(&id) else {
+            return;
+        };
+        if let Some(exp) = ls.pulling {
+            if let Some(e) = self.exported.iter_mut().find(|e| e.buf == exp) {
+                e.in_use = false;
+            }
+        }
+        if let Some(mid) = ls.mid {
+            self.complete(mid, None, None);
+        }
+        if let Some(v) = ls.safe {
+            self.keep_spare(v);
+        }
     }
 
     /// The sender of scout `id` stopped polling: its reply must notify it. The reply is
@@ -1275,8 +1405,11 @@ impl State {
             }
             Body::Scout { id, notify } => {
                 let n = a.len.min(buf.len());
+                let blocking = self.reqs.get(&mid).is_some_and(|r| r.blocking);
                 let mut reply = Hdr {
-                    kind: K_REPLY | if notify { F_NOTIFY } else { 0 },
+                    kind: K_REPLY
+                        | if notify { F_NOTIFY } else { 0 }
+                        | if blocking { F_PULL } else { 0 },
                     id,
                     n: n as u64,
                     ..Hdr::default()
@@ -1293,6 +1426,7 @@ impl State {
                         src: a.src,
                         buf: reply.buf,
                         id,
+                        n,
                     };
                 }
                 self.awaiting.insert((a.src, reply.buf), mid);
@@ -1433,6 +1567,7 @@ impl State {
         buf: UserBuf,
         owned: Option<Vec<u8>>,
         handler: Option<HandlerFn>,
+        blocking: bool,
     ) -> Result<Mid> {
         let mid = next_mid(self);
         if handler.is_some() {
@@ -1449,6 +1584,7 @@ impl State {
                 state: St::Posted,
                 info: None,
                 ignored: false,
+                blocking,
             },
         );
         match self.unexpected.iter().position(|a| sel.matches(a)) {
@@ -1484,6 +1620,7 @@ impl State {
                 state,
                 info: None,
                 ignored: false,
+                blocking: false,
             },
         );
         mid

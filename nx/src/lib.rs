@@ -16,6 +16,12 @@
 //!   blocking send waits for the reply it copies the data to a safe buffer, so that it can
 //!   return before the receiver replies. With the registration cache ([`Config::reg_cache`])
 //!   receive memory stays exported and senders keep their imports of it.
+//! - **Receiver-assisted zero-copy** ([`Config::pull`], beyond seed 003): when a blocking
+//!   receive replies to the scout of a message of [`PULL_MIN`] bytes or more and the
+//!   sender still reads from the user's memory, the sender exports that memory, asks the
+//!   receiver to read the second half of the data from it (remote read) and writes the first
+//!   half itself; the send completes when the receiver says it has read. Both processes copy at
+//!   once, which on shared memory (where each copy goes through the kernel) halves the time.
 //! - Packet buffers are credited back when the receiver would wait anyway (or when half of
 //!   them are consumed), off the critical path of a reply.
 //! - No interrupts, except: a sender out of packet buffers notifies the receiver (which copies
@@ -37,7 +43,7 @@ mod error;
 mod usermem;
 mod wire;
 
-pub use crate::config::{Config, SmallPath};
+pub use crate::config::{Config, SmallPath, AUTO_MAX, AUTO_MIN, PACKET_BUDGET, PULL_MIN};
 pub use crate::core::Mid;
 pub use crate::error::{error_str, NxError, Result};
 
@@ -178,6 +184,18 @@ impl Nx {
         self.core.lock().set_ptype(ptype);
         Ok(())
     }
+    /// Bytes this process has read from senders' memory in receiver-assisted zero-copy
+    /// transfers ([`Config::pull`]).
+    pub fn pulled_bytes(&self) -> u64 {
+        self.core.lock().pulled
+    }
+
+    /// Bytes receivers have read from this process's memory in receiver-assisted zero-copy
+    /// transfers.
+    pub fn lent_bytes(&self) -> u64 {
+        self.core.lock().lent
+    }
+
     /// The threshold in force: messages up to it use the one-copy protocol.
     pub fn threshold(&self) -> usize {
         self.core.threshold
@@ -381,7 +399,7 @@ impl Nx {
             let mut st = self.core.lock();
             st.take_deferred()?;
             st.progress(false)?;
-            let mid = st.post_recv(sel, desc, None, None)?;
+            let mid = st.post_recv(sel, desc, None, None, true)?;
             (mid, st.take_done(mid)?, st.waits_for(mid))
         };
         let r = match done {
@@ -417,7 +435,7 @@ impl Nx {
         let desc = UserBuf::lent_mut(&mut buf);
         let mut st = self.core.lock();
         st.progress(false)?;
-        st.post_recv(sel, desc, Some(buf), None)
+        st.post_recv(sel, desc, Some(buf), None, false)
     }
 
     /// Posts a receive into memory the caller lends (`irecvx` of the C ABI).
@@ -438,7 +456,7 @@ impl Nx {
         let desc = unsafe { UserBuf::new(ptr, len) };
         let mut st = self.core.lock();
         st.progress(false)?;
-        st.post_recv(sel, desc, None, None)
+        st.post_recv(sel, desc, None, None, false)
     }
 
     /// A handler receive (`hrecvx`): when a message selected by type, node and process type
@@ -460,7 +478,7 @@ impl Nx {
         let mid = {
             let mut st = self.core.lock();
             st.progress(false)?;
-            st.post_recv(sel, desc, Some(buf), Some(f))?
+            st.post_recv(sel, desc, Some(buf), Some(f), false)?
         };
         self.core.run_ready();
         Ok(mid)
@@ -487,7 +505,7 @@ impl Nx {
         let mid = {
             let mut st = self.core.lock();
             st.progress(false)?;
-            st.post_recv(sel, desc, None, Some(f))?
+            st.post_recv(sel, desc, None, Some(f), false)?
         };
         self.core.run_ready();
         Ok(mid)
@@ -523,7 +541,7 @@ impl Nx {
         let sel = self.check_sel(typesel, -1, -1, false)?;
         // Post the receive first, so that a quick reply goes straight into `rbuf`.
         let desc = UserBuf::lent_mut(rbuf);
-        let mid = self.core.lock().post_recv(sel, desc, None, None)?;
+        let mid = self.core.lock().post_recv(sel, desc, None, None, true)?;
         let r = self
             .send_blocking(p, false, mtype, sbuf)
             .and_then(|()| self.wait_mid(mid));

@@ -108,6 +108,23 @@ impl UserBuf {
         let _ = src.read(src_off, dst);
     }
 
+    /// Reads `len` bytes at `src_off` of a peer's memory (remote read) to `offset`.
+    pub(crate) fn fill_remote(
+        &self,
+        offset: usize,
+        src: &vmmc::Proxy,
+        src_off: usize,
+        len: usize,
+    ) -> vmmc::Result<()> {
+        if offset >= self.len {
+            return Ok(());
+        }
+        let n = len.min(self.len - offset);
+        // SAFETY: in bounds; valid and writable per `new`'s contract.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), n) };
+        src.get_data(src_off, dst)
+    }
+
     /// The memory as a VMMC region, for export as the destination of a zero-copy transfer.
     pub(crate) fn region(&self) -> Region {
         // SAFETY: the region lives in the library only while the receive is in flight (it is

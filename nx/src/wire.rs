@@ -25,13 +25,21 @@ pub(crate) const K_DONE: u32 = 4;
 /// The sender of scout `id` stopped polling (its blocking send returned from the safe copy):
 /// the reply must come with a notification.
 pub(crate) const K_WANT: u32 = 5;
+/// Receiver-assisted zero-copy, sender to receiver: "read bytes `n` to the end from my
+/// receive buffer `len` (the sender's memory, exported for you) into your buffer `buf`; I
+/// write the bytes before `n`". Comes before the transfer's done descriptor.
+pub(crate) const K_PULL: u32 = 6;
+/// Receiver to sender: the reads asked by the pull of transfer `id` are done.
+pub(crate) const K_PULLED: u32 = 7;
 /// Flag of messages of the library's own (global operations): never seen by user receives.
 pub(crate) const F_INTERNAL: u32 = 0x100;
 
 /// Flag of a reply that comes with a notification (its sender asked with [`K_WANT`]).
 pub(crate) const F_NOTIFY: u32 = 0x200;
+/// Flag of a reply from a blocking receive, which will read its part of a [`K_PULL`] at once.
+pub(crate) const F_PULL: u32 = 0x400;
 /// The flag bits of a descriptor's kind.
-pub(crate) const FLAGS: u32 = F_INTERNAL | F_NOTIFY;
+pub(crate) const FLAGS: u32 = F_INTERNAL | F_NOTIFY | F_PULL;
 
 /// Nudge value: "I am out of packet buffers towards you: please take my messages out".
 pub(crate) const NUDGE_DRAIN: u32 = 1;

@@ -251,6 +251,105 @@ fn sixteen_mib_both_ways() {
     });
 }
 
+/// Zero-copy messages of several lengths both ways into one receive buffer (as
+/// applications and benchmarks do), with the data checked. What each receiver read itself
+/// must be what its sender counts as read from its memory; with assistance some transfers
+/// (once the buffers are registered, all whose receiver waits) are split, without none is.
+fn large_both_ways(nx: &Nx, assisted: bool) {
+    let me = nx.mynode();
+    let other = 1 - me;
+    let mut got = vec![0u8; 4 << 20];
+    for round in 0..3u64 {
+        for (k, len) in [300_001usize, 1 << 20, (3 << 20) + 7]
+            .into_iter()
+            .enumerate()
+        {
+            let seed = 2000 + round * 100 + k as u64 * 10;
+            let msg = pattern(seed + me as u64, len);
+            if me == 0 {
+                nx.csend(1, &msg, other, 0).unwrap();
+                assert_eq!(nx.crecv(2, &mut got).unwrap(), len);
+            } else {
+                assert_eq!(nx.crecv(1, &mut got).unwrap(), len);
+                nx.csend(2, &msg, other, 0).unwrap();
+            }
+            same(&got[..len], &pattern(seed + other as u64, len), "large");
+        }
+    }
+    // Into a short buffer: the receiver takes (and reads its part of) the start only.
+    let len = 1 << 20;
+    let msg = pattern(3000, len);
+    if me == 0 {
+        nx.csend(3, &msg, other, 0).unwrap();
+    } else {
+        match nx.crecv(3, &mut got[..200_003]) {
+            Err(NxError::MessageTooLong {
+                len: l,
+                cap: 200_003,
+            }) if l == len => {}
+            other => panic!("expected MessageTooLong, got {other:?}"),
+        }
+        same(&got[..200_003], &msg[..200_003], "start of a long message");
+    }
+    // A non-blocking receive is never asked to read.
+    let before = nx.pulled_bytes();
+    if me == 0 {
+        nx.csend(4, &msg, other, 0).unwrap();
+    } else {
+        let mid = nx.irecv(4, vec![0u8; len]).unwrap();
+        let c = nx.msgwait(mid).unwrap();
+        same(&c.buf.expect("the buffer"), &msg, "irecv");
+    }
+    assert_eq!(nx.pulled_bytes(), before, "an irecv read from the sender");
+    // Each side's count against the other's.
+    let (pulled, lent) = (nx.pulled_bytes(), nx.lent_bytes());
+    let mut theirs = [0u8; 16];
+    let mine: Vec<u8> = [pulled.to_ne_bytes(), lent.to_ne_bytes()].concat();
+    if me == 0 {
+        nx.csend(5, &mine, other, 0).unwrap();
+        nx.crecv(5, &mut theirs).unwrap();
+    } else {
+        nx.crecv(5, &mut theirs).unwrap();
+        nx.csend(5, &mine, other, 0).unwrap();
+    }
+    let their_pulled = u64::from_ne_bytes(theirs[..8].try_into().unwrap());
+    let their_lent = u64::from_ne_bytes(theirs[8..].try_into().unwrap());
+    assert_eq!(pulled, their_lent, "bytes I read vs bytes the sender lent");
+    assert_eq!(
+        lent, their_pulled,
+        "bytes I lent vs bytes the receiver read"
+    );
+    if assisted {
+        assert!(
+            pulled + their_pulled > 0,
+            "no transfer was receiver-assisted"
+        );
+    } else {
+        assert_eq!(pulled + their_pulled, 0, "NX_PULL=0, yet a receiver read");
+    }
+    nx.gsync().unwrap();
+}
+
+#[test]
+fn receiver_assisted_zero_copy() {
+    as_job(
+        "receiver_assisted_zero_copy",
+        2,
+        &[("NX_REGCACHE", "1")],
+        || large_both_ways(&nx(), true),
+    );
+}
+
+#[test]
+fn zero_copy_without_assistance() {
+    as_job(
+        "zero_copy_without_assistance",
+        2,
+        &[("NX_REGCACHE", "1"), ("NX_PULL", "0")],
+        || large_both_ways(&nx(), false),
+    );
+}
+
 #[test]
 fn isend_irecv_overlap() {
     as_job("isend_irecv_overlap", 2, &[], || {

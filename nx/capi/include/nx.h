@@ -24,7 +24,12 @@
  * user's memory, deliberate update after a copy, automatic update), NX_THRESHOLD=bytes
  * (largest message of the one-copy protocol; larger ones go zero-copy; by default 256 KiB,
  * less beyond 16 processes so that the packet buffers of all connections stay within 64 MiB,
- * never under 16 KiB), NX_SLOTS=n (packet buffers per connection, 16 by default).
+ * never under 16 KiB), NX_SLOTS=n (packet buffers per connection, 16 by default),
+ * NX_REGCACHE=1|0 (receive memory of zero-copy messages stays registered; on by default here),
+ * NX_PULL=1|0 (receiver-assisted zero-copy, on by default: when a blocking receive takes a
+ * message of 128 KiB or more, the sender writes the first half while the receiver reads the
+ * second half from the sender's memory, so that both copy at once; 0 keeps the protocol of
+ * the SHRIMP paper as it is).
  *
  * Handlers (hrecv, hrecvx) run on the thread of the NX call that finds their message, or on
  * the library's notification thread: one at a time, never nested. They may call NX.

@@ -110,6 +110,8 @@ fn c_probes_and_info() {
 #[test]
 fn c_sixteen_mib() {
     run_ok("big", 2, &[]);
+    // Seed 003's zero-copy protocol as it is (no receiver-assisted reads).
+    run_ok("big", 2, &[("NX_PULL", "0")]);
 }
 
 #[test]
