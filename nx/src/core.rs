@@ -513,6 +513,18 @@ impl Core {
         &self,
         what: &'static str,
         watch: Option<usize>,
+        step: impl FnMut(&mut State) -> Result<Option<T>>,
+    ) -> Result<T> {
+        self.wait_fast(what, watch, |_| Ok(None), step)
+    }
+
+    /// [`Core::wait`] trying `fast` first at each turn, before any progress: a value from it
+    /// ends the wait at once.
+    pub fn wait_fast<T>(
+        &self,
+        what: &'static str,
+        watch: Option<usize>,
+        mut fast: impl FnMut(&mut State) -> Result<Option<T>>,
         mut step: impl FnMut(&mut State) -> Result<Option<T>>,
     ) -> Result<T> {
         let mut spins = 0u32;
@@ -525,6 +537,11 @@ impl Core {
             }
             let r = {
                 let mut st = self.lock();
+                if let Some(v) = fast(&mut st)? {
+                    drop(st);
+                    self.run_ready();
+                    return Ok(v);
+                }
                 st.take_deferred()?;
                 st.progress(false)?;
                 let r = step(&mut st);
@@ -1349,6 +1366,73 @@ impl State {
                 Ok(())
             }
         }
+    }
+
+    /// A blocking receive's fastest path: with nothing posted, nothing arrived unclaimed and
+    /// nothing else to do, the next message of a peer, if it is a one-copy message `sel`
+    /// accepts, is copied straight from its packet buffer into `buf` (the same result as
+    /// [`State::progress`] then [`State::take_arrived`], without the bookkeeping between).
+    pub fn take_direct(
+        &mut self,
+        sel: Sel,
+        buf: UserBuf,
+    ) -> Result<Option<(Info, Option<NxError>)>> {
+        if !self.posted.is_empty()
+            || !self.unexpected.is_empty()
+            || self.deferred.is_some()
+            || self.handlers_posted > 0
+            || !self.want_known
+        {
+            return Ok(None);
+        }
+        let lay = self.lay;
+        for p in 0..self.n {
+            if p == self.me || (sel.nodesel != -1 && sel.nodesel != p as i64) {
+                continue;
+            }
+            let peer = self.peer(p);
+            if peer.nudged || !peer.queue.is_empty() {
+                return Ok(None);
+            }
+            let Some(&slot) = peer.rx_free.front() else {
+                continue;
+            };
+            let want = next_seq(peer.rx_seq);
+            if peer.inbuf.load_u32(lay.seq_off(slot))? != want {
+                continue;
+            }
+            let mut b = [0u8; HDR];
+            peer.inbuf.read(lay.hdr_off(slot), &mut b)?;
+            let h = Hdr::decode(&b);
+            let len = h.len as usize;
+            let internal = h.kind & F_INTERNAL != 0;
+            if h.kind & !F_INTERNAL != K_MSG
+                || len > lay.cap()
+                || sel.internal != internal
+                || !type_matches(sel.typesel, h.mtype)
+                || (sel.ptypesel != -1 && sel.ptypesel != h.ptype)
+            {
+                // Not for this receive (or not a plain message): the general path.
+                return Ok(None);
+            }
+            peer.rx_free.pop_front();
+            peer.rx_seq = want;
+            let len4 = len & !3;
+            buf.fill_from(0, &peer.inbuf, lay.hdr_off(slot) - len4, len4);
+            buf.write(len4, &h.tail[..len - len4]);
+            self.free_slot(p, slot)?;
+            let info = Info {
+                mtype: h.mtype,
+                count: len,
+                node: p,
+                ptype: h.ptype,
+            };
+            if !internal {
+                self.last = Some(info);
+            }
+            return Ok(Some((info, too_long(len, buf.len()))));
+        }
+        Ok(None)
     }
 
     /// A blocking receive's fast path: when no receive is posted, the first arrived message

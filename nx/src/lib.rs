@@ -386,12 +386,15 @@ impl Nx {
         let desc = UserBuf::lent_mut(buf);
         // The fast path: no request while no receive is posted and the message is small.
         let watch = (sel.nodesel >= 0).then_some(sel.nodesel as usize);
-        let quick = self.core.wait("waiting for a message", watch, |st| {
-            match st.take_arrived(sel, desc)? {
+        let quick = self.core.wait_fast(
+            "waiting for a message",
+            watch,
+            |st| Ok(st.take_direct(sel, desc)?.map(|(i, e)| Quick::Got(i, e))),
+            |st| match st.take_arrived(sel, desc)? {
                 Quick::Nothing => Ok(None),
                 q => Ok(Some(q)),
-            }
-        })?;
+            },
+        )?;
         if let Quick::Got(info, err) = quick {
             return err.map_or(Ok(info), Err);
         }
