@@ -93,27 +93,11 @@ impl Config {
                 NxError::Config(format!("NX_SLOTS={v:?}: expected a number of buffers"))
             })?;
         }
-        if let Ok(v) = std::env::var("NX_REGCACHE") {
-            c.reg_cache = match v.trim() {
-                "1" | "on" | "yes" => true,
-                "0" | "off" | "no" => false,
-                other => {
-                    return Err(NxError::Config(format!(
-                        "NX_REGCACHE={other:?}: expected 1 or 0"
-                    )))
-                }
-            };
+        if let Some(on) = switch("NX_REGCACHE")? {
+            c.reg_cache = on;
         }
-        if let Ok(v) = std::env::var("NX_PULL") {
-            c.pull = match v.trim() {
-                "1" | "on" | "yes" => true,
-                "0" | "off" | "no" => false,
-                other => {
-                    return Err(NxError::Config(format!(
-                        "NX_PULL={other:?}: expected 1 or 0"
-                    )))
-                }
-            };
+        if let Some(on) = switch("NX_PULL")? {
+            c.pull = on;
         }
         c.check()?;
         Ok(c)
@@ -150,6 +134,20 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+/// An on/off setting of the environment, if set.
+fn switch(name: &str) -> Result<Option<bool>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(None);
+    };
+    match v.trim() {
+        "1" | "on" | "yes" => Ok(Some(true)),
+        "0" | "off" | "no" => Ok(Some(false)),
+        other => Err(NxError::Config(format!(
+            "{name}={other:?}: expected 1 or 0"
+        ))),
     }
 }
 

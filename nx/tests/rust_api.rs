@@ -215,6 +215,20 @@ fn probes_info_and_ptypes() {
     });
 }
 
+/// Between two nodes: node 0 sends `msg` (type 1) then receives into `got` (type 2), node 1
+/// the other way round; each receives a message as long as its own.
+fn swap(nx: &Nx, msg: &[u8], got: &mut [u8]) {
+    let other = 1 - nx.mynode();
+    let len = msg.len();
+    if other == 1 {
+        nx.csend(1, msg, other, 0).unwrap();
+        assert_eq!(nx.crecv(2, got).unwrap(), len);
+    } else {
+        assert_eq!(nx.crecv(1, got).unwrap(), len);
+        nx.csend(2, msg, other, 0).unwrap();
+    }
+}
+
 #[test]
 fn sixteen_mib_both_ways() {
     as_job("sixteen_mib_both_ways", 2, &[], || {
@@ -224,13 +238,7 @@ fn sixteen_mib_both_ways() {
         let len = 16 << 20;
         let msg = pattern(1000 + me as u64, len);
         let mut got = vec![0u8; len];
-        if me == 0 {
-            nx.csend(1, &msg, other, 0).unwrap();
-            assert_eq!(nx.crecv(2, &mut got).unwrap(), len);
-        } else {
-            assert_eq!(nx.crecv(1, &mut got).unwrap(), len);
-            nx.csend(2, &msg, other, 0).unwrap();
-        }
+        swap(&nx, &msg, &mut got);
         same(&got, &pattern(1000 + other as u64, len), "16 MiB");
         // A large message into a short buffer: the start arrives, the rest is reported.
         if me == 0 {
@@ -266,13 +274,7 @@ fn large_both_ways(nx: &Nx, assisted: bool) {
         {
             let seed = 2000 + round * 100 + k as u64 * 10;
             let msg = pattern(seed + me as u64, len);
-            if me == 0 {
-                nx.csend(1, &msg, other, 0).unwrap();
-                assert_eq!(nx.crecv(2, &mut got).unwrap(), len);
-            } else {
-                assert_eq!(nx.crecv(1, &mut got).unwrap(), len);
-                nx.csend(2, &msg, other, 0).unwrap();
-            }
+            swap(nx, &msg, &mut got);
             same(&got[..len], &pattern(seed + other as u64, len), "large");
         }
     }
