@@ -268,6 +268,8 @@ pub(crate) struct State {
     pub pulled: u64,
     /// Bytes receivers read from this process's memory in receiver-assisted transfers.
     pub lent: u64,
+    /// The peer whose message the last direct receive took ([`State::take_direct`]).
+    direct_last: usize,
 }
 
 /// Receive memory kept exported for a sender (seed 003: "if it hasn't done so already, the
@@ -372,6 +374,7 @@ impl Core {
                 spare: Vec::new(),
                 pulled: 0,
                 lent: 0,
+                direct_last: 0,
             }),
         });
         let mut inbufs = Vec::with_capacity(n);
@@ -626,7 +629,15 @@ impl Core {
                 Err(NxError::PeerLost { .. }) => {
                     // Nobody will take them: drop what was for that peer.
                     let mut st = self.lock();
-                    st.large.retain(|_, l| l.dest != p);
+                    let ids: Vec<u32> = st
+                        .large
+                        .iter()
+                        .filter(|(_, l)| l.dest == p)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    for id in ids {
+                        st.forget_large(id);
+                    }
                     if let Some(x) = st.peers[p].as_mut() {
                         x.queue.clear();
                     }
@@ -768,7 +779,7 @@ impl State {
                 }
                 K_PULLED => {
                     self.free_slot(p, slot)?;
-                    self.on_pulled(h.id);
+                    self.on_pulled(p, h.id);
                 }
                 k => return Err(vmmc::Error::Protocol(format!("descriptor kind {k}")).into()),
             }
@@ -1149,7 +1160,6 @@ impl State {
         }
         if h.buf != 0 {
             let n4 = n & !3;
-            let mut cancelled = false;
             // Receiver-assisted: a blocking send still reading from the user's memory, to a
             // blocking receive; the receiver reads from `half` on, page aligned.
             let half = (n4 / 2) & !4095;
@@ -1160,10 +1170,15 @@ impl State {
                 && ls.owned.is_none()
                 && ls.safe.as_ref().is_some_and(|s| s.len() < ls.data.len())
                 && !vmmc::pace::is_paced();
-            let upto = if split {
+            if split {
                 let exp = self.export_for(p, ls.data, ls.data.len(), false)?;
                 self.lent += (n4 - half) as u64;
                 ls.pulling = Some(exp);
+                let data = ls.data;
+                // The send completes when the receiver has read its part. From here on it
+                // stays recorded, so that a failure (then forget_large) revokes the export
+                // before the sender's memory goes back to its owner.
+                self.large.insert(h.id, ls);
                 let pull = Hdr {
                     kind: K_PULL,
                     id: h.id,
@@ -1173,41 +1188,9 @@ impl State {
                     ..Hdr::default()
                 };
                 self.send_or_queue(p, pull, &[])?;
-                half
-            } else {
-                n4
-            };
-            let src = ls.source();
-            if upto > 0 {
-                let proxy = self.import_for(p, h.buf)?;
-                match proxy.send(0, &src[..upto]) {
-                    Ok(()) => {}
-                    // The receiver cancelled its receive.
-                    Err(vmmc::Error::Unexported) => {
-                        self.imported.retain(|e| (e.0, e.1) != (p, h.buf));
-                        cancelled = true;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+                return self.write_data(p, h, data.bytes(), half);
             }
-            if !cancelled {
-                let mut tail = [0u8; 4];
-                tail[..n - n4].copy_from_slice(&ls.source()[n4..n]);
-                let d = Hdr {
-                    kind: K_DONE,
-                    id: h.id,
-                    buf: h.buf,
-                    n: n as u64,
-                    tail,
-                    ..Hdr::default()
-                };
-                self.send_or_queue(p, d, &[])?;
-            }
-        }
-        if ls.pulling.is_some() {
-            // Complete when the receiver has read its part.
-            self.large.insert(h.id, ls);
-            return Ok(());
+            self.write_data(p, h, ls.source(), n4)?;
         }
         if let Some(mid) = ls.mid {
             self.complete(mid, None, None);
@@ -1216,6 +1199,36 @@ impl State {
             self.keep_spare(v);
         }
         Ok(())
+    }
+
+    /// Writes `src[..upto]` straight into the receiver's memory named by reply `h`, then the
+    /// done descriptor with the last bytes (none if the receiver cancelled).
+    fn write_data(&mut self, p: usize, h: &Hdr, src: &[u8], upto: usize) -> Result<()> {
+        let n = h.n as usize;
+        let n4 = n & !3;
+        if upto > 0 {
+            let proxy = self.import_for(p, h.buf)?;
+            match proxy.send(0, &src[..upto]) {
+                Ok(()) => {}
+                // The receiver cancelled its receive.
+                Err(vmmc::Error::Unexported) => {
+                    self.imported.retain(|e| (e.0, e.1) != (p, h.buf));
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut tail = [0u8; 4];
+        tail[..n - n4].copy_from_slice(&src[n4..n]);
+        let d = Hdr {
+            kind: K_DONE,
+            id: h.id,
+            buf: h.buf,
+            n: n as u64,
+            tail,
+            ..Hdr::default()
+        };
+        self.send_or_queue(p, d, &[])
     }
 
     /// Receiver-assisted zero-copy: read the sender's part into the receive's memory, then
@@ -1264,8 +1277,16 @@ impl State {
         self.send_or_queue(p, done, &[])
     }
 
-    /// The receiver read its part of zero-copy send `id`: the send is complete.
-    fn on_pulled(&mut self, id: u32) {
+    /// Receiver `p` read its part of zero-copy send `id` (or cancelled its receive): the
+    /// send is complete.
+    fn on_pulled(&mut self, p: usize, id: u32) {
+        if !self
+            .large
+            .get(&id)
+            .is_some_and(|l| l.dest == p && l.pulling.is_some())
+        {
+            return; // a cancelled receive's word for a send that was not split
+        }
         let Some(ls) = self.large.remove(&id) else {
             return;
         };
@@ -1382,18 +1403,24 @@ impl State {
             || self.deferred.is_some()
             || self.handlers_posted > 0
             || !self.want_known
+            || !self.large.is_empty()
+            || !self.awaiting.is_empty()
+            || self
+                .peers
+                .iter()
+                .flatten()
+                .any(|x| x.nudged || !x.queue.is_empty())
         {
             return Ok(None);
         }
         let lay = self.lay;
-        for p in 0..self.n {
+        // Peers in turn, from the one after the last taken: none waits behind a busy one.
+        for k in 1..=self.n {
+            let p = (self.direct_last + k) % self.n;
             if p == self.me || (sel.nodesel != -1 && sel.nodesel != p as i64) {
                 continue;
             }
             let peer = self.peer(p);
-            if peer.nudged || !peer.queue.is_empty() {
-                return Ok(None);
-            }
             let Some(&slot) = peer.rx_free.front() else {
                 continue;
             };
@@ -1421,6 +1448,7 @@ impl State {
             buf.fill_from(0, &peer.inbuf, lay.hdr_off(slot) - len4, len4);
             buf.write(len4, &h.tail[..len - len4]);
             self.free_slot(p, slot)?;
+            self.direct_last = p;
             let info = Info {
                 mtype: h.mtype,
                 count: len,
@@ -1489,7 +1517,7 @@ impl State {
             }
             Body::Scout { id, notify } => {
                 let n = a.len.min(buf.len());
-                let blocking = self.reqs.get(&mid).is_some_and(|r| r.blocking);
+                let blocking = self.cfg.pull && self.reqs.get(&mid).is_some_and(|r| r.blocking);
                 let mut reply = Hdr {
                     kind: K_REPLY
                         | if notify { F_NOTIFY } else { 0 }
@@ -1760,11 +1788,21 @@ impl State {
             St::Posted => {
                 self.posted.retain(|m| *m != mid);
             }
-            St::AwaitData { src, buf, .. } => {
+            St::AwaitData { src, buf, id, .. } => {
+                let invited = r.blocking && self.cfg.pull;
                 self.awaiting.remove(&(src, buf));
                 self.exported.retain(|e| e.buf != buf);
                 // Breaks the link: the sender's transfer stops, nothing more is written.
                 let _ = self.ep.unexport(buf);
+                if invited {
+                    // The sender may wait for this receive's reads: they will not come.
+                    let h = Hdr {
+                        kind: K_PULLED,
+                        id,
+                        ..Hdr::default()
+                    };
+                    let _ = self.send_or_queue(src, h, &[]);
+                }
             }
             St::Sending { id } => self.make_safe(id),
             St::Done(..) => {}
@@ -1798,9 +1836,23 @@ impl State {
         Some(i)
     }
 
-    /// Forgets a zero-copy send that failed.
+    /// Forgets a zero-copy send that failed. A receiver reading its memory is cut off
+    /// first: revoking the export waits for reads in flight.
     pub fn forget_large(&mut self, id: u32) {
-        self.large.remove(&id);
+        if let Some(LargeSend {
+            pulling: Some(exp), ..
+        }) = self.large.remove(&id)
+        {
+            self.exported.retain(|e| e.buf != exp);
+            let _ = self.ep.unexport(exp);
+        }
+    }
+
+    /// Whether a word that a sender waits for ([`K_PULLED`]) waits in the queue towards `p`.
+    pub fn pulled_queued(&self, p: usize) -> bool {
+        self.peers[p]
+            .as_ref()
+            .is_some_and(|x| x.queue.iter().any(|o| o.hdr.kind == K_PULLED))
     }
 }
 

@@ -412,6 +412,9 @@ impl Nx {
                 .map(|info| Completion { info, buf: c.buf }),
             None => self.wait_mid_for(mid, watch),
         };
+        // A sender may wait for the word that this receive's reads are done (best effort: a
+        // failure here shows again at the next call).
+        let _ = self.flush_pulled();
         match r {
             Ok(c) => Ok(c.info.expect("a receive has info")),
             Err(e) => {
@@ -419,6 +422,27 @@ impl Nx {
                 Err(e)
             }
         }
+    }
+
+    /// Sends the words of receiver-assisted transfers still queued for want of a packet
+    /// buffer ([`Config::pull`]): their senders wait for them, and this process may not call
+    /// NX again for a while.
+    fn flush_pulled(&self) -> Result<()> {
+        let waiting: Vec<usize> = {
+            let st = self.core.lock();
+            (0..self.core.n)
+                .filter(|&p| p != self.core.me && st.pulled_queued(p))
+                .collect()
+        };
+        for p in waiting {
+            match self.core.wait("sending", Some(p), |st| {
+                Ok((!st.pulled_queued(p)).then_some(()))
+            }) {
+                Ok(()) | Err(NxError::PeerLost { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Posts a receive into `buf` (`irecv`); [`Nx::msgwait`] gives the buffer back.
@@ -548,6 +572,7 @@ impl Nx {
         let r = self
             .send_blocking(p, false, mtype, sbuf)
             .and_then(|()| self.wait_mid(mid));
+        let _ = self.flush_pulled();
         match r {
             Ok(c) => Ok(c.info.expect("a receive has info").count),
             Err(e) => {

@@ -502,6 +502,50 @@ fn global_operations_match_sequential_results() {
     });
 }
 
+/// Node 0 has a zero-copy send to node 2 in flight while it receives a stream of small
+/// messages from node 1 that only ends once node 2 has its message: receiving from one node
+/// must keep the transfer to another going.
+#[test]
+fn a_receive_loop_keeps_other_transfers_going() {
+    as_job("a_receive_loop_keeps_other_transfers_going", 3, &[], || {
+        let nx = nx();
+        let big = pattern(77, 3 << 20);
+        match nx.mynode() {
+            0 => {
+                let mid = nx.isend(9, big.clone(), 2, 0).unwrap();
+                let mut b = [0u8; 8];
+                let mut n = 0u64;
+                loop {
+                    nx.crecvx(1, &mut b, 1, -1).unwrap();
+                    n += 1;
+                    if u64::from_ne_bytes(b) == u64::MAX {
+                        break;
+                    }
+                }
+                assert!(n > 1, "the stream ended before it began");
+                nx.msgwait(mid).unwrap();
+            }
+            1 => {
+                // Sends keep a message ready at node 0 nearly all the time.
+                let mut k = 0u64;
+                while !k.is_multiple_of(64) || nx.iprobe(3).unwrap().is_none() {
+                    nx.csend(1, &k.to_ne_bytes(), 0, 0).unwrap();
+                    k += 1;
+                }
+                nx.crecv(3, &mut [0u8; 1]).unwrap();
+                nx.csend(1, &u64::MAX.to_ne_bytes(), 0, 0).unwrap();
+            }
+            _ => {
+                let mut got = vec![0u8; 3 << 20];
+                assert_eq!(nx.crecv(9, &mut got).unwrap(), 3 << 20);
+                same(&got, &big, "the zero-copy message");
+                nx.csend(3, &[1], 1, 0).unwrap();
+            }
+        }
+        nx.gsync().unwrap();
+    });
+}
+
 #[test]
 fn handler_receives_run_without_nx_calls() {
     as_job("handler_receives_run_without_nx_calls", 2, &[], || {
