@@ -7,8 +7,7 @@
 //! The endpoint's notification thread makes progress too, when a peer nudges this process
 //! (it ran out of packet buffers, replied to a scout, or has a message for a handler).
 
-use crate::config::PULL_MIN;
-use crate::config::{Config, SmallPath};
+use crate::config::{Config, SmallPath, PULL_MIN};
 use crate::error::{NxError, Result};
 use crate::usermem::UserBuf;
 use crate::wire::*;
@@ -1263,8 +1262,7 @@ impl State {
             if let Some(St::AwaitData { buf, .. }) = self.reqs.get(&mid).map(|r| &r.state) {
                 let buf = *buf;
                 self.awaiting.remove(&(p, buf));
-                self.exported.retain(|e| e.buf != buf);
-                let _ = self.ep.unexport(buf);
+                self.revoke(buf);
             }
             let info = self.reqs.get(&mid).and_then(|r| r.info);
             self.complete(mid, info, Some(e));
@@ -1444,10 +1442,7 @@ impl State {
             }
             peer.rx_free.pop_front();
             peer.rx_seq = want;
-            let len4 = len & !3;
-            buf.fill_from(0, &peer.inbuf, lay.hdr_off(slot) - len4, len4);
-            buf.write(len4, &h.tail[..len - len4]);
-            self.free_slot(p, slot)?;
+            self.slot_out(p, slot, len, h.tail, buf)?;
             self.direct_last = p;
             let info = Info {
                 mtype: h.mtype,
@@ -1480,13 +1475,7 @@ impl State {
         let info = a.info();
         let err = too_long(a.len, buf.len());
         match a.body {
-            Body::Slot { slot, tail } => {
-                let len4 = a.len & !3;
-                let off = self.lay.hdr_off(slot) - len4;
-                buf.fill_from(0, &self.peer(a.src).inbuf, off, len4);
-                buf.write(len4, &tail[..a.len - len4]);
-                self.free_slot(a.src, slot)?;
-            }
+            Body::Slot { slot, tail } => self.slot_out(a.src, slot, a.len, tail, buf)?,
             Body::Heap(v) => buf.write(0, &v),
             Body::Scout { .. } => unreachable!("handled above"),
         }
@@ -1496,19 +1485,31 @@ impl State {
         Ok(Quick::Got(info, err))
     }
 
+    /// Copies the `len`-byte message in packet buffer `slot` of `p` (its last `len % 4`
+    /// bytes in `tail`) into `buf`, as much as fits, and frees the packet buffer.
+    fn slot_out(
+        &mut self,
+        p: usize,
+        slot: u32,
+        len: usize,
+        tail: [u8; 4],
+        buf: UserBuf,
+    ) -> Result<()> {
+        let len4 = len & !3;
+        let off = self.lay.hdr_off(slot) - len4;
+        buf.fill_from(0, &self.peer(p).inbuf, off, len4);
+        buf.write(len4, &tail[..len - len4]);
+        self.free_slot(p, slot)
+    }
+
     /// Hands message `a` to receive `mid`.
     fn deliver(&mut self, mid: Mid, a: Arrival) -> Result<()> {
-        let lay = self.lay;
         let info = a.info();
         let buf = self.reqs.get(&mid).expect("a posted receive").buf;
         let err = too_long(a.len, buf.len());
         match a.body {
             Body::Slot { slot, tail } => {
-                let len4 = a.len & !3;
-                let inbuf = &self.peer(a.src).inbuf;
-                buf.fill_from(0, inbuf, lay.hdr_off(slot) - len4, len4);
-                buf.write(len4, &tail[..a.len - len4]);
-                self.free_slot(a.src, slot)?;
+                self.slot_out(a.src, slot, a.len, tail, buf)?;
                 self.complete(mid, Some(info), err);
             }
             Body::Heap(v) => {
@@ -1791,9 +1792,8 @@ impl State {
             St::AwaitData { src, buf, id, .. } => {
                 let invited = r.blocking && self.cfg.pull;
                 self.awaiting.remove(&(src, buf));
-                self.exported.retain(|e| e.buf != buf);
                 // Breaks the link: the sender's transfer stops, nothing more is written.
-                let _ = self.ep.unexport(buf);
+                self.revoke(buf);
                 if invited {
                     // The sender may wait for this receive's reads: they will not come.
                     let h = Hdr {
@@ -1843,9 +1843,15 @@ impl State {
             pulling: Some(exp), ..
         }) = self.large.remove(&id)
         {
-            self.exported.retain(|e| e.buf != exp);
-            let _ = self.ep.unexport(exp);
+            self.revoke(exp);
         }
+    }
+
+    /// Unexports zero-copy memory `buf` (and drops it from the registration cache): peers
+    /// can no longer write or read it, and transfers in flight are over when this returns.
+    fn revoke(&mut self, buf: BufId) {
+        self.exported.retain(|e| e.buf != buf);
+        let _ = self.ep.unexport(buf);
     }
 
     /// Whether a word that a sender waits for ([`K_PULLED`]) waits in the queue towards `p`.
