@@ -21,5 +21,6 @@ target/release/bench-nx --reps 1 --rounds 1 --max-size 4096 --out target/bench-s
 target/release/bench-rpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-srpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-sockets --quick --out target/bench-smoke >/dev/null
+target/release/bench-svm --quick --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"

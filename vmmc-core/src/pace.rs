@@ -24,6 +24,34 @@ pub trait Pacer: Send + Sync {
     /// conformance suite's [`crate::conformance::die`] on a transport whose nodes are
     /// threads).
     fn die(&self) -> !;
+    /// Charges the calling node the modelled cost of `what`, an event that is no call into
+    /// the transport (a protocol library's access fault). Transports that model no such
+    /// cost ignore it.
+    fn charge(&self, what: Cost) {
+        let _ = what;
+    }
+}
+
+/// Events that cost modelled time although no transport call happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cost {
+    /// An access that page-granularity shared virtual memory traps (a read of an invalid
+    /// page or the first write to a page in an interval): on SHRIMP, a protection fault, the
+    /// signal to the library's handler and the `mprotect` that ends it.
+    AccessFault,
+    /// A synchronisation call that a protocol library satisfies without communicating (a
+    /// lock whose token is already here): its bookkeeping on the node's CPU.
+    LocalSync,
+}
+
+/// Charges the calling thread's node the modelled cost of `what` (nothing without a pacer).
+pub fn charge(what: Cost) {
+    PACER.with(|c| {
+        if let Some(p) = &*c.borrow() {
+            p.charge(what)
+        }
+    })
 }
 
 thread_local! {

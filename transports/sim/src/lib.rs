@@ -76,6 +76,10 @@
 //!   `bus.dma_mb_s`, after the IPT check: a packet for a page that is not enabled is not
 //!   written; the receive path freezes for an interrupt and the violation is counted and
 //!   reported ([`Sim::ipt_errors`]).
+//! - **Protocol events without a transport call.** A library may charge the node the
+//!   modelled cost of an event that is no transfer ([`vmmc::pace::charge`]): shared virtual
+//!   memory's access fault (`costs.access_fault_ns`) and a synchronisation satisfied
+//!   locally (`costs.local_sync_ns`).
 //! - **Interrupts.** A notification needs the sender's bit (a `send_notify`, or a binding
 //!   with `notify`) and the receiver's IPT bit; it costs the receiver `costs.interrupt_ns`.
 //!   Under `switches.interrupt_every_message` every arriving message costs an interrupt.
@@ -266,6 +270,23 @@ impl Pacer for NodePacer {
             }
             Err(_) => self.m.lock().nodes[self.node].clock,
         }
+    }
+
+    fn charge(&self, what: vmmc::pace::Cost) {
+        use vmmc::pace::Cost;
+        let Ok((mut st, caller)) = self.m.enter(self.node) else {
+            return;
+        };
+        let nd = &mut st.nodes[self.node];
+        match what {
+            Cost::AccessFault => {
+                nd.clock += self.m.p.costs.access_fault_ns;
+                nd.stats.access_faults += 1;
+            }
+            Cost::LocalSync => nd.clock += self.m.p.costs.local_sync_ns,
+            _ => {}
+        }
+        self.m.leave(st, caller);
     }
 
     fn die(&self) -> ! {

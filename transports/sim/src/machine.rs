@@ -113,6 +113,10 @@ pub(crate) struct Node {
     pub main: Main,
     pending_charge: Time,
     epoch: u64,
+    /// `epoch` when the node's main thread last left a library call: a poller whose epoch
+    /// moved since then has something new to look at and must not wait for the next packet
+    /// (a packet delivered while the node was ready or detached would otherwise be missed).
+    seen_epoch: u64,
     pub exports: HashMap<BufId, Export>,
     ipt: HashMap<u64, IptEntry>,
     next_page: u64,
@@ -206,6 +210,7 @@ impl Machine {
                 main: Main::Ready,
                 pending_charge: 0,
                 epoch: 0,
+                seen_epoch: 0,
                 exports: HashMap::new(),
                 ipt: HashMap::new(),
                 next_page: 1,
@@ -373,6 +378,12 @@ impl Machine {
     pub fn leave(&self, mut st: Guard<'_>, caller: Caller) {
         match caller {
             Caller::Main => {
+                if let Some((id, node)) = MAIN_OF.with(|c| c.get()) {
+                    if id == self.id {
+                        let nd = &mut st.nodes[node];
+                        nd.seen_epoch = nd.epoch;
+                    }
+                }
                 drop(st);
                 CPU_MARK.with(|c| c.set(thread_cpu_ns()));
             }
@@ -554,6 +565,12 @@ impl Machine {
         match *caller {
             Caller::Main => {
                 self.flush_open(&mut st, node);
+                let nd = &mut st.nodes[node];
+                if nd.epoch != nd.seen_epoch {
+                    // Something arrived since the program last looked: let it look again.
+                    nd.seen_epoch = nd.epoch;
+                    return st;
+                }
                 let before = st.nodes[node].clock;
                 st.nodes[node].main = Main::Waiting;
                 st.running = None;

@@ -123,6 +123,10 @@ pub struct Costs {
     pub import_ns: u64,
     /// Export through the daemons.
     pub export_ns: u64,
+    /// An access fault of shared virtual memory ([`vmmc::pace::Cost::AccessFault`]).
+    pub access_fault_ns: u64,
+    /// A synchronisation call satisfied locally ([`vmmc::pace::Cost::LocalSync`]).
+    pub local_sync_ns: u64,
 }
 
 /// Memory mode of automatic-update pages.

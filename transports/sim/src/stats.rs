@@ -33,6 +33,8 @@ pub struct NodeStats {
     pub syscalls: u64,
     /// Packets refused by the incoming page table (receive path frozen).
     pub ipt_violations: u64,
+    /// Access faults of shared virtual memory charged ([`vmmc::pace::Cost::AccessFault`]).
+    pub access_faults: u64,
     /// Virtual time spent blocked: polling, waiting for the DMA engine, FIFO stalls.
     pub blocked_ns: u64,
     /// Virtual time charged for computation between library calls.
@@ -66,6 +68,7 @@ impl NodeStats {
         self.fifo_max_bytes = self.fifo_max_bytes.max(o.fifo_max_bytes);
         self.syscalls += o.syscalls;
         self.ipt_violations += o.ipt_violations;
+        self.access_faults += o.access_faults;
         self.blocked_ns += o.blocked_ns;
         self.compute_ns += o.compute_ns;
         self.end_ns = self.end_ns.max(o.end_ns);

@@ -342,7 +342,10 @@ fn idle_nodes_sleep() {
     let out = returned(sim.run(|ep| {
         let (r, px) = mesh(&ep);
         if ep.rank() == 0 {
-            // Real time passes outside the library: node 1 has nothing to do meanwhile.
+            // Node 1 is waiting once its word is here (so the measured window is the wait
+            // alone, not node 1's set-up). Then real time passes outside the library: node 1
+            // has nothing to do meanwhile.
+            wait_word(&r, 4, 1);
             std::thread::sleep(std::time::Duration::from_millis(400));
             px[1]
                 .as_ref()
@@ -351,6 +354,11 @@ fn idle_nodes_sleep() {
                 .unwrap();
             0.0
         } else {
+            px[0]
+                .as_ref()
+                .unwrap()
+                .send(4, &1u32.to_ne_bytes())
+                .unwrap();
             let (t0, c0) = (std::time::Instant::now(), thread_cpu());
             wait_word(&r, 0, 5);
             (thread_cpu() - c0) / t0.elapsed().as_secs_f64()

@@ -1,0 +1,199 @@
+//! Shared virtual memory's operations beside the raw VMMC operations they are built from and
+//! an NX round trip, in one run (issue 15): `svm-peer` as the ranks of a job, for each
+//! protocol on shared memory with 2 processes, with 4 processes on the machine's cores
+//! (more processes than cores where the machine has 2), and on the simulated SHRIMP with 2
+//! and 16 nodes (virtual time). The shm contenders take turns in a rotating order for
+//! several rounds; each figure is the median over rounds of each round's median.
+//!
+//! Prints the table and the issue's ratios (a remote page fetch within 2x of a raw
+//! `get_data` of a page plus one access fault; a lock hand-over within 2x of an NX round
+//! trip on the same transport) and writes `svm.json`.
+//!
+//! `bench-svm [--rounds K] [--quick] [--out DIR]`. Build first:
+//! `cargo build --release -p vmmc-run -p vmmc-benches`.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use vmmc_benches::stats::median;
+
+/// (column, nodes, transport, protocol).
+const SHM: [(&str, usize, &str, &str); 4] = [
+    ("shm-2 hlrc", 2, "shm", "hlrc"),
+    ("shm-2 hlrc-au", 2, "shm", "hlrc-au"),
+    ("shm-2 aurc", 2, "shm", "aurc"),
+    ("shm-4 hlrc", 4, "shm", "hlrc"),
+];
+const SIM: [(&str, usize, &str, &str); 4] = [
+    ("sim-2 hlrc", 2, "sim", "hlrc"),
+    ("sim-2 aurc", 2, "sim", "aurc"),
+    ("sim-16 hlrc", 16, "sim", "hlrc"),
+    ("sim-16 aurc", 16, "sim", "aurc"),
+];
+const OPS: [(&str, &str); 10] = [
+    ("raw_get_page", "raw get_data of a page"),
+    ("raw_du_rtt", "raw DU round trip (word)"),
+    ("nx_rtt", "NX round trip (4 B)"),
+    ("checked_read", "checked read of an element"),
+    ("plain_read", "plain read of an element"),
+    ("fault", "access fault, nothing to fetch"),
+    ("fetch", "read fault + page fetch"),
+    ("diff", "diff created + sent, per page"),
+    ("lock_handover", "lock hand-over"),
+    ("barrier", "barrier of all nodes"),
+];
+
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .expect("current exe")
+        .with_file_name(name)
+}
+
+fn run(
+    col: &str,
+    nodes: usize,
+    transport: &str,
+    proto: &str,
+    quick: bool,
+) -> Result<BTreeMap<String, f64>, String> {
+    let mut cmd = Command::new(sibling("vmmc-run"));
+    cmd.args(["-n", &nodes.to_string(), "--transport", transport, "--"])
+        .arg(sibling("svm-peer"))
+        .args(["--name", col])
+        .env("SVM_PROTOCOL", proto);
+    let (batch, batches) = match (quick, transport) {
+        (true, _) => ("20", "3"),
+        (false, "sim") => ("40", "3"),
+        (false, _) => ("200", "7"),
+    };
+    cmd.args(["--batch", batch, "--batches", batches]);
+    let out = cmd.output().map_err(|e| format!("{col}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "{col} failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("{col}: no result line in {stdout}"))?;
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("{col}: {e}"))?;
+    Ok(v["us"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, x)| x.as_f64().map(|x| (k.clone(), x)))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+#[derive(clap::Parser)]
+#[command(about = "Shared virtual memory beside raw VMMC and NX (issue 15)")]
+struct Cli {
+    /// Rounds of the shm contenders (the simulator is deterministic: one round).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// A smoke run: one round, small batches.
+    #[arg(long)]
+    quick: bool,
+    /// Leave out the simulated SHRIMP.
+    #[arg(long)]
+    no_sim: bool,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+}
+
+fn main() {
+    let cli = <Cli as clap::Parser>::parse();
+    let rounds = if cli.quick { 1 } else { cli.rounds.max(1) };
+    let fail = |e: String| -> ! {
+        eprintln!("bench-svm: {e}");
+        std::process::exit(1)
+    };
+    // column -> op -> per-round values
+    let mut acc: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    for round in 0..rounds {
+        for k in 0..SHM.len() {
+            let (col, n, t, p) = SHM[(k + round) % SHM.len()];
+            eprintln!("round {}/{rounds}: {col} ...", round + 1);
+            for (op, us) in run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e)) {
+                acc.entry(col).or_default().entry(op).or_default().push(us);
+            }
+        }
+    }
+    if !cli.no_sim {
+        for (col, n, t, p) in SIM {
+            eprintln!("simulated SHRIMP: {col} ...");
+            for (op, us) in run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e)) {
+                acc.entry(col).or_default().entry(op).or_default().push(us);
+            }
+        }
+    }
+    let cols: Vec<&str> = SHM
+        .iter()
+        .chain(SIM.iter())
+        .map(|c| c.0)
+        .filter(|c| acc.contains_key(c))
+        .collect();
+    let med = |col: &str, op: &str| -> Option<f64> {
+        acc.get(col)?.get(op).map(|v| median(&mut v.clone()))
+    };
+
+    println!("Shared virtual memory, microseconds per operation (median; sim: virtual time)\n");
+    print!("{:<34}", "operation");
+    for c in &cols {
+        print!("{c:>14}");
+    }
+    println!();
+    for (op, what) in OPS {
+        print!("{what:<34}");
+        for c in &cols {
+            match med(c, op) {
+                Some(v) => print!("{v:>14.3}"),
+                None => print!("{:>14}", "-"),
+            }
+        }
+        println!();
+    }
+    println!();
+    let mut ratios = Vec::new();
+    for c in &cols {
+        if let (Some(f), Some(g), Some(a)) =
+            (med(c, "fetch"), med(c, "raw_get_page"), med(c, "fault"))
+        {
+            ratios.push((
+                format!("{c}: fetch / (raw get_data + fault) (target <= 2)"),
+                f / (g + a),
+            ));
+        }
+        if let (Some(l), Some(x)) = (med(c, "lock_handover"), med(c, "nx_rtt")) {
+            ratios.push((
+                format!("{c}: lock hand-over / NX round trip (target <= 2)"),
+                l / x,
+            ));
+        }
+    }
+    for (what, r) in &ratios {
+        println!("{what:<70} {r:>8.2}");
+    }
+    let json = serde_json::json!({
+        "rounds": rounds,
+        "columns": cols,
+        "us": cols.iter().map(|c| (c.to_string(), OPS.iter().filter_map(|(op, _)| med(c, op).map(|v| (op.to_string(), v))).collect::<BTreeMap<_, _>>())).collect::<BTreeMap<_, _>>(),
+        "ratios": ratios.iter().map(|(w, r)| (w.clone(), *r)).collect::<BTreeMap<_, _>>(),
+    });
+    std::fs::create_dir_all(&cli.out)
+        .unwrap_or_else(|e| fail(format!("{}: {e}", cli.out.display())));
+    let path = cli.out.join("svm.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json"))
+        .unwrap_or_else(|e| fail(format!("{}: {e}", path.display())));
+    println!("\nwrote {}", path.display());
+}

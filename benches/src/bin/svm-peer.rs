@@ -1,0 +1,294 @@
+//! The shared-virtual-memory micro-benchmarks as the ranks of one job (issue 15), beside the
+//! raw VMMC operations they are built from, measured in the same run:
+//!
+//! - `raw_get_page`: one remote read (`get_data`) of a page;
+//! - `raw_du_rtt`: a deliberate-update round trip of one word;
+//! - `nx_rtt`: an NX round trip of 4 bytes (`csend`/`crecv`);
+//! - `fault`: an access fault that needs no communication (the first write to a home page);
+//! - `checked_read`, `plain_read`: a read of one valid shared element through a view, and of
+//!   one element of a plain vector (the price of access detection by checked accessors);
+//! - `fetch`: a read fault on an invalid page plus the fetch of the page from its home;
+//! - `lock_handover`: two nodes acquire and release one lock in a loop: the time per
+//!   acquire that found the lock at the other node;
+//! - `barrier`: a barrier of every node of the job;
+//! - `diff`: at a release, a page's diff created and sent to its home (HLRC, HLRC-AU; under
+//!   AURC the flush and the version record of a page written through automatic update).
+//!
+//! Rank 0 prints one JSON line: `{"name":..,"nodes":..,"protocol":..,"us":{op: us,...}}`,
+//! each figure the median of several batches. Times are the transport's clock (virtual on
+//! the simulated SHRIMP).
+//!
+//! `vmmc-run -n N [--transport sim] -- svm-peer [--batch K] [--batches B] [--name NAME]`
+//! (`SVM_PROTOCOL` picks the protocol).
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use svm::{Config, Placement, Svm};
+use vmmc::pace::now_ns;
+use vmmc::{Endpoint, ExportOptions, MemKind};
+use vmmc_benches::stats::median;
+
+struct Opts {
+    batch: usize,
+    batches: usize,
+    name: String,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        batch: 200,
+        batches: 7,
+        name: "svm".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut num = |d: usize| args.next().and_then(|v| v.parse().ok()).unwrap_or(d).max(1);
+        match a.as_str() {
+            "--batch" => o.batch = num(o.batch),
+            "--batches" => o.batches = num(o.batches),
+            "--name" => o.name = args.next().unwrap_or(o.name),
+            other => {
+                eprintln!("svm-peer: unknown option {other:?} (--batch K --batches B --name NAME)");
+                std::process::exit(2);
+            }
+        }
+    }
+    o
+}
+
+/// Median over `batches` of the mean time of `batch` calls of `f` (microseconds).
+fn timed(o: &Opts, mut f: impl FnMut(usize) -> vmmc::Result<()>) -> vmmc::Result<f64> {
+    let mut v = Vec::new();
+    for b in 0..o.batches {
+        let t0 = now_ns();
+        for i in 0..o.batch {
+            f(b * o.batch + i)?;
+        }
+        v.push((now_ns() - t0) as f64 / 1e3 / o.batch as f64);
+    }
+    Ok(median(&mut v))
+}
+
+/// Raw VMMC between ranks 0 and 1: remote read of a page (a page the peer wrote, not one in
+/// the reader's cache, as a fetch finds it), DU round trip of a word.
+fn raw(ep: &Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<()> {
+    let page = ep.page_size();
+    let pages = o.batch * o.batches;
+    let buf = ep.alloc((pages + 1) * page, MemKind::Shared)?;
+    if ep.rank() == 1 {
+        for p in 0..pages {
+            buf.fill(p * page, page, p as u8 | 1)?;
+        }
+    }
+    ep.export(0x2356_5001, &buf, ExportOptions::new())?;
+    if ep.rank() > 1 {
+        return Ok(());
+    }
+    let peer = ep.import(ep.proc_of(1 - ep.rank())?, 0x2356_5001)?;
+    let mut tmp = vec![0u8; page];
+    if ep.rank() == 0 {
+        out.insert(
+            "raw_get_page".into(),
+            timed(o, |i| peer.get_data(i * page, &mut tmp))?,
+        );
+    }
+    // Ping-pong: rank 0 writes i+1 at the peer's flag word, waits for the echo in its own.
+    let flag = pages * page;
+    let never = || Ok(());
+    let rtt = timed(o, |i| {
+        let v = (i + 1) as u32;
+        if ep.rank() == 0 {
+            peer.send(flag, &v.to_ne_bytes())?;
+            buf.wait_u32(flag, |x| x == v, never)?;
+        } else {
+            buf.wait_u32(flag, |x| x == v, never)?;
+            peer.send(flag, &v.to_ne_bytes())?;
+        }
+        Ok(())
+    })?;
+    if ep.rank() == 0 {
+        out.insert("raw_du_rtt".into(), rtt);
+    }
+    Ok(())
+}
+
+fn nx_rtt(ep: &Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<()> {
+    let e = |e: nx::NxError| vmmc::Error::Protocol(e.to_string());
+    let nx = nx::Nx::new(ep.clone()).map_err(e)?;
+    let me = nx.mynode();
+    let mut b = [0u8; 4];
+    if me <= 1 {
+        let t = timed(o, |_| {
+            if me == 0 {
+                nx.csend(1, &b, 1, 0).map_err(e)?;
+                nx.crecv(1, &mut b).map_err(e)?;
+            } else {
+                nx.crecv(1, &mut b).map_err(e)?;
+                nx.csend(1, &b, 0, 0).map_err(e)?;
+            }
+            Ok(())
+        })?;
+        if me == 0 {
+            out.insert("nx_rtt".into(), t);
+        }
+    }
+    nx.gsync().map_err(e)
+}
+
+fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<String> {
+    let cfg = Config::from_env()?.space((64 << 20).max(4 * o.batch * o.batches * ep.page_size()));
+    let mut s = Svm::new(ep, cfg)?;
+    let (me, page) = (s.rank(), s.page_size());
+    let words = page / 4;
+    let n_pages = o.batch * o.batches;
+
+    // A fault with nothing to fetch: the first write to a page homed here.
+    let own = s.alloc::<u32>(n_pages * words, Placement::Node(0))?;
+    // Touch every page first (the kernel's own first-touch faults are not the protocol's),
+    // then end the interval: the next write to each page is a fault again.
+    if me == 0 {
+        let v = s.view(own);
+        for p in 0..n_pages {
+            v.set(p * words, 7)?;
+        }
+    }
+    let theirs = s.alloc::<u32>(n_pages * words, Placement::Node(1 % s.size()))?;
+    {
+        let v = s.view(theirs);
+        for p in 0..n_pages {
+            v.get(p * words)?;
+        }
+    }
+    s.barrier()?;
+    if me == 0 {
+        let t = timed(o, |i| Ok(s.view(own).set(i * words, 1)?))?;
+        out.insert("fault".into(), t);
+    }
+    s.barrier()?;
+
+    // The price of checked access: reading valid shared data element by element, beside
+    // the same reads from a plain vector.
+    if me == 0 {
+        let v = s.view(own);
+        let plain: Vec<u32> = (0..n_pages * words).map(|i| i as u32).collect();
+        let per = |f: &mut dyn FnMut() -> vmmc::Result<u64>| -> vmmc::Result<f64> {
+            let t0 = now_ns();
+            let x = f()?;
+            std::hint::black_box(x);
+            Ok((now_ns() - t0) as f64 / 1e3 / (n_pages * words) as f64)
+        };
+        let checked = per(&mut || {
+            let mut acc = 0u64;
+            for i in 0..n_pages * words {
+                acc += v.get(i)? as u64;
+            }
+            Ok(acc)
+        })?;
+        let raw = per(&mut || {
+            let mut acc = 0u64;
+            for x in std::hint::black_box(&plain) {
+                acc += *x as u64;
+            }
+            Ok(acc)
+        })?;
+        out.insert("checked_read".into(), checked);
+        out.insert("plain_read".into(), raw);
+    }
+
+    // A read fault and the fetch of the page from node 1, which wrote it.
+    if me == 1 {
+        let v = s.view(theirs);
+        for p in 0..n_pages {
+            v.set(p * words, p as u32 + 1)?;
+        }
+    }
+    s.barrier()?;
+    if me == 0 && s.size() > 1 {
+        let t = timed(o, |i| {
+            let got = s.view(theirs).get(i * words)?;
+            assert_eq!(got, i as u32 + 1, "fetched page {i}");
+            Ok(())
+        })?;
+        out.insert("fetch".into(), t);
+    }
+    s.barrier()?;
+
+    // Diffs: node 0 writes half the words of pages homed at node 1, then releases.
+    let diffed = s.alloc::<u32>(o.batch * words, Placement::Node(1 % s.size()))?;
+    if me == 0 && s.size() > 1 {
+        let mut v = Vec::new();
+        for round in 0..o.batches as u32 {
+            s.acquire(1)?;
+            {
+                let w = s.view(diffed);
+                for p in 0..o.batch {
+                    for k in (0..words).step_by(2) {
+                        w.set(p * words + k, round + 1)?;
+                    }
+                }
+            }
+            let t0 = now_ns();
+            s.release(1)?;
+            v.push((now_ns() - t0) as f64 / 1e3 / o.batch as f64);
+        }
+        out.insert("diff".into(), median(&mut v));
+    }
+    s.barrier()?;
+
+    // Lock hand-over under contention: nodes 0 and 1 acquire and release one lock in a loop;
+    // the time per acquire that found the lock at the other node (the hand-overs).
+    if me <= 1 && s.size() > 1 {
+        let mut v = Vec::new();
+        for _ in 0..o.batches {
+            let before = s.stats().remote_acquires;
+            let t0 = now_ns();
+            for _ in 0..o.batch {
+                s.acquire(2)?;
+                s.release(2)?;
+            }
+            let handed = (s.stats().remote_acquires - before).max(1);
+            v.push((now_ns() - t0) as f64 / 1e3 / handed as f64);
+        }
+        if me == 0 {
+            out.insert("lock_handover".into(), median(&mut v));
+        }
+    }
+    s.barrier()?;
+
+    let t = timed(o, |_| Ok(s.barrier()?))?;
+    out.insert("barrier".into(), t);
+    let st = s.stats();
+    let proto = s.protocol().to_string();
+    s.finish()?;
+    if me == 0 {
+        eprintln!("svm-peer node 0: {st}");
+    }
+    Ok(proto)
+}
+
+fn main() {
+    let o = opts();
+    let r = vmmc_run::run(|ep| {
+        let mut out = BTreeMap::new();
+        let nodes = ep.size();
+        let rank = ep.rank();
+        raw(&ep, &o, &mut out)?;
+        nx_rtt(&ep, &o, &mut out)?;
+        let proto = shared(ep, &o, &mut out)?;
+        if rank == 0 {
+            let j = serde_json::json!({
+                "name": o.name,
+                "nodes": nodes,
+                "protocol": proto,
+                "us": out,
+            });
+            println!("{j}");
+        }
+        Ok(())
+    });
+    if let Err(e) = r {
+        eprintln!("svm-peer: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,788 @@
+//! The half of a node that answers other nodes: homes apply diffs and version updates and
+//! serve page requests, lock managers queue requests, token holders grant locks, flag
+//! managers release waiters. It runs on the endpoint's notification handler when a request
+//! arrives while the program computes (the SHRIMP SVM's interrupt-driven service, seed 001
+//! Table 3), and on the program's own thread whenever that thread waits in the library
+//! (polling). One mutex keeps the two apart; the program's thread only tries it, so it never
+//! waits behind the handler.
+
+use crate::stats::Stats;
+use crate::wire::*;
+use crate::{Error, Result};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use vmmc::{Endpoint, Proxy, Region};
+
+/// The imports a node needs to answer (set once set-up has imported them).
+pub(crate) struct Peers {
+    pub ctl: Vec<Option<Proxy>>,
+    pub space: Vec<Option<Proxy>>,
+    pub bar: Option<Proxy>,
+}
+
+/// A request that waits for its turn (a lock's next holder, a flag's waiter).
+#[derive(Clone, Debug)]
+pub(crate) struct Waiter {
+    pub from: usize,
+    pub seq: u32,
+    pub vt: Vec<u32>,
+}
+
+#[derive(Default)]
+pub(crate) struct FlagState {
+    value: u32,
+    setter: u32,
+    waiters: Vec<(Waiter, u32)>,
+}
+
+/// What the service and the program share, under one mutex.
+pub(crate) struct State {
+    /// Bytes consumed of each sender's ring.
+    rpos: Vec<u32>,
+    req_seen: Vec<u32>,
+    fwd_seen: Vec<u32>,
+    /// Page requests waiting for diffs: (requester, seq, page, need).
+    pending: Vec<(usize, u32, usize, Vec<u32>)>,
+    /// Vector timestamp: the last interval of each node whose write notices are known here.
+    pub vt: Vec<u32>,
+    /// Write notices: `log[j][k - 1]` lists the pages node j wrote in its interval k.
+    pub log: Vec<Vec<Vec<u32>>>,
+    /// Per managed lock (`l / n` for `l % n == me`): the last requester.
+    tail: Vec<u16>,
+    /// Per lock: this node holds its token / holds the lock / who gets it next.
+    pub token: Vec<bool>,
+    pub held: Vec<bool>,
+    pub waiter: Vec<Option<Waiter>>,
+    flags: Vec<FlagState>,
+    /// Counters of the service side.
+    pub stats: Stats,
+    /// Transfers to make once the lock is released ([`Service::unlock`]).
+    pub outbox: Vec<Out>,
+}
+
+pub(crate) struct Service {
+    pub ep: Endpoint,
+    pub me: usize,
+    pub n: usize,
+    pub page: usize,
+    pub lay: Layout,
+    pub space: Region,
+    pub vers: Region,
+    pub ctl: Region,
+    pub bar: Option<Region>,
+    pub peers: OnceLock<Peers>,
+    pub st: Mutex<State>,
+    /// The first error the handler met (reported by the program's next call).
+    pub failed: Mutex<Option<String>>,
+    /// Whether `failed` holds an error (read on every call without the mutex).
+    pub has_failed: std::sync::atomic::AtomicBool,
+    /// Messages the service sent.
+    pub sent: Mutex<Stats>,
+    /// The transport reads remote memory: a sender can see a receiver's `awake` word and
+    /// spare the notification (and its interrupt or wake-up) of a node that polls anyway.
+    pub remote_read: bool,
+    /// Nesting of the program's calls into the library (the `awake` word is 1 inside).
+    pub depth: std::sync::atomic::AtomicU32,
+    /// Rung by the notification handler: a program asleep in a wait looks again.
+    pub bell: (Mutex<u64>, std::sync::Condvar),
+}
+
+/// A transfer decided under the state's lock and made after it is released: nobody holds
+/// the lock while a transfer waits (on sim a transfer waits for the node's turn, and the
+/// program's thread, which may hold the turn, must never wait for the lock meanwhile).
+pub(crate) struct Out {
+    to: To,
+    off: usize,
+    bytes: Vec<u8>,
+    wake: Wake,
+}
+
+/// Whether a transfer must get its receiver's attention.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Data that something later announces.
+    No,
+    /// A reply its receiver polls for: it wakes a receiver that went to sleep waiting
+    /// (where the transport lets the sender see that; never a notification on SHRIMP).
+    Reply,
+    /// A request: a notification unless the receiver is inside the library.
+    Request,
+}
+
+/// Where a transfer goes.
+#[derive(Clone, Copy)]
+pub(crate) enum To {
+    Ctl(usize),
+    Space(usize),
+    Bar,
+}
+
+impl State {
+    pub fn new(n: usize, me: usize, locks: u32, flags: u32) -> State {
+        let managed = |count: u32| (count as usize).div_ceil(n);
+        State {
+            rpos: vec![0; n],
+            req_seen: vec![0; n],
+            fwd_seen: vec![0; n],
+            pending: Vec::new(),
+            vt: vec![0; n],
+            log: vec![Vec::new(); n],
+            tail: vec![me as u16; managed(locks)],
+            token: (0..locks).map(|l| l as usize % n == me).collect(),
+            held: vec![false; locks as usize],
+            waiter: vec![None; locks as usize],
+            flags: (0..managed(flags)).map(|_| FlagState::default()).collect(),
+            stats: Stats::default(),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The write notices that a node knowing `known` lacks, as
+    /// `[node, interval, count, pages...]*`.
+    pub fn notices_since(&self, known: &[u32]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (j, log) in self.log.iter().enumerate() {
+            for k in known[j] as usize + 1..=self.vt[j] as usize {
+                let pages = &log[k - 1];
+                out.extend_from_slice(&[j as u32, k as u32, pages.len() as u32]);
+                out.extend_from_slice(pages);
+            }
+        }
+        out
+    }
+
+    /// Takes in notices (from a grant or a barrier release); returns those that were new.
+    pub fn learn(&mut self, words: &[u32]) -> Result<Vec<(usize, u32, Vec<u32>)>> {
+        let mut new = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let bad = || Error::Protocol("malformed write notices".into());
+            let (j, k, c) = match words.get(i..i + 3) {
+                Some(&[j, k, c]) => (j as usize, k, c as usize),
+                _ => return Err(bad()),
+            };
+            let pages = words.get(i + 3..i + 3 + c).ok_or_else(bad)?;
+            i += 3 + c;
+            if j >= self.vt.len() {
+                return Err(bad());
+            }
+            if k <= self.vt[j] {
+                continue;
+            }
+            if k != self.vt[j] + 1 {
+                return Err(Error::Protocol(format!(
+                    "write notices of node {j} skip from interval {} to {k}",
+                    self.vt[j]
+                )));
+            }
+            self.vt[j] = k;
+            self.log[j].push(pages.to_vec());
+            new.push((j, k, pages.to_vec()));
+        }
+        Ok(new)
+    }
+}
+
+fn vec_bytes(w: &[u32]) -> Vec<u8> {
+    words_to_bytes(w)
+}
+
+impl Service {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn peers(&self) -> Option<&Peers> {
+        self.peers.get()
+    }
+
+    /// Writes `bytes` at `off` of a buffer of node `to`: locally (the last word last, with
+    /// release ordering) when it is this node's, else by one deliberate update.
+    pub fn send(&self, st: &mut Stats, to: To, off: usize, bytes: &[u8], wake: Wake) -> Result<()> {
+        let (node, local, proxy) = match to {
+            To::Ctl(x) => (x, &self.ctl, self.peers().and_then(|p| p.ctl[x].as_ref())),
+            To::Space(x) => (
+                x,
+                &self.space,
+                self.peers().and_then(|p| p.space[x].as_ref()),
+            ),
+            To::Bar => (
+                0,
+                self.bar.as_ref().unwrap_or(&self.ctl),
+                self.peers().and_then(|p| p.bar.as_ref()),
+            ),
+        };
+        if node == self.me {
+            let body = bytes.len() - 4;
+            local.write(off, &bytes[..body])?;
+            let last = u32::from_ne_bytes(bytes[body..].try_into().expect("word"));
+            local.store_u32(off + body, last)?;
+            return Ok(());
+        }
+        let p = proxy.ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
+        let lost = |e: vmmc::Error| match e {
+            vmmc::Error::PeerLost(m) => Error::PeerLost(node, m),
+            e => Error::Vmmc(e),
+        };
+        p.send(off, bytes).map_err(lost)?;
+        let ring = match wake {
+            Wake::No => false,
+            Wake::Reply => self.remote_read,
+            Wake::Request => true,
+        };
+        if ring {
+            // Dekker with the receiver's `Awake` guard and its sleep: our data is visible
+            // before we read its word; it clears the word before it looks one last time.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            if !self.polls(node)? {
+                // A notification rides on a word of its own in the control buffer, whose
+                // handler serves (an empty transfer cannot carry one).
+                let ctl = self
+                    .peers()
+                    .and_then(|p| p.ctl[node].as_ref())
+                    .ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
+                ctl.send_notify(self.lay.awake() + 4, &[0; 4])
+                    .map_err(lost)?;
+                st.notifications_sent += 1;
+                st.messages += 1;
+                st.message_bytes += 4;
+            }
+        }
+        st.messages += 1;
+        st.message_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Whether `node`'s program is inside the library (only where remote memory can be read;
+    /// elsewhere every request is notified, as on SHRIMP).
+    fn polls(&self, node: usize) -> Result<bool> {
+        if !self.remote_read {
+            return Ok(false);
+        }
+        let Some(p) = self.peers().and_then(|p| p.ctl[node].as_ref()) else {
+            return Ok(false);
+        };
+        let mut w = [0u8; 4];
+        p.get_data(self.lay.awake(), &mut w)?;
+        Ok(u32::from_ne_bytes(w) != 0)
+    }
+
+    /// Wakes the program if it sleeps in a wait.
+    pub fn ring_bell(&self) {
+        let mut g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
+        *g += 1;
+        self.bell.1.notify_all();
+    }
+
+    /// The bell's count (to sleep until it changes).
+    pub fn bell_count(&self) -> u64 {
+        *self.bell.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sleeps until the bell rings after `count`, or `limit` passes.
+    pub fn sleep(&self, count: u64, limit: std::time::Duration) {
+        let g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.bell.1.wait_timeout_while(g, limit, |c| *c == count);
+    }
+
+    /// Sets the `awake` word (the program's thread, which owns it).
+    pub fn set_awake(&self, on: bool) {
+        let _ = self.ctl.store_u32(self.lay.awake(), on as u32);
+    }
+
+    /// Marks the program as inside the library until the guard drops.
+    pub fn awake(self: &std::sync::Arc<Self>) -> Awake {
+        use std::sync::atomic::Ordering;
+        if self.depth.fetch_add(1, Ordering::Relaxed) == 0 && self.remote_read {
+            let _ = self.ctl.store_u32(self.lay.awake(), 1);
+        }
+        Awake(self.clone())
+    }
+
+    /// Posts a slot now (one transfer; the sequence number first and last).
+    pub fn post_slot(
+        &self,
+        st: &mut Stats,
+        to: To,
+        off: usize,
+        m: SlotMsg<'_>,
+        wake: Wake,
+    ) -> Result<()> {
+        let b = m.encode(self.lay.slot);
+        self.send(st, to, off, &b, wake)
+    }
+
+    /// Posts a mailbox now: the payload, then its header slot.
+    pub fn post_mailbox(
+        &self,
+        st: &mut Stats,
+        to: To,
+        at: (usize, usize),
+        seq: u32,
+        status: u32,
+        payload: &[u32],
+    ) -> Result<()> {
+        let mut q = Vec::new();
+        self.queue_mailbox(&mut q, to, at, seq, status, payload)?;
+        self.flush(q, st)
+    }
+
+    fn queue_slot(&self, q: &mut Vec<Out>, to: To, off: usize, m: SlotMsg<'_>, wake: Wake) {
+        q.push(Out {
+            to,
+            off,
+            bytes: m.encode(self.lay.slot),
+            wake,
+        });
+    }
+
+    /// Queues a mailbox: the payload, then its header slot.
+    pub fn queue_mailbox(
+        &self,
+        q: &mut Vec<Out>,
+        to: To,
+        (hdr, data): (usize, usize),
+        seq: u32,
+        status: u32,
+        payload: &[u32],
+    ) -> Result<()> {
+        if payload.len() * 4 > self.lay.area {
+            return Err(Error::TooLarge {
+                what: "write notices",
+                len: payload.len() * 4,
+                cap: self.lay.area,
+            });
+        }
+        if !payload.is_empty() {
+            q.push(Out {
+                to,
+                off: data,
+                bytes: vec_bytes(payload),
+                wake: Wake::No,
+            });
+        }
+        let m = SlotMsg {
+            seq,
+            kind: status,
+            id: payload.len() as u32,
+            arg: 0,
+            from: self.me as u32,
+            aux: 0,
+            vector: &[],
+        };
+        self.queue_slot(q, to, hdr, m, Wake::Reply);
+        Ok(())
+    }
+
+    /// Makes queued transfers, in order.
+    pub fn flush(&self, q: Vec<Out>, st: &mut Stats) -> Result<()> {
+        for o in q {
+            self.send(st, o.to, o.off, &o.bytes, o.wake)?;
+        }
+        Ok(())
+    }
+
+    /// Releases the state's lock, then makes the transfers decided under it.
+    pub fn unlock(&self, mut st: MutexGuard<'_, State>) -> Result<()> {
+        let q = std::mem::take(&mut st.outbox);
+        drop(st);
+        if q.is_empty() {
+            return Ok(());
+        }
+        let mut s = Stats::default();
+        let r = self.flush(q, &mut s);
+        self.sent.lock().unwrap_or_else(|e| e.into_inner()).add(&s);
+        r
+    }
+
+    /// Reads a slot of a local buffer if its sequence number is new (`!= seen`, and not 0).
+    pub fn read_slot(&self, region: &Region, off: usize, seen: u32) -> Result<Option<Slot>> {
+        let last = region.load_u32(off + self.lay.slot - 4)?;
+        if last == 0 || last == seen || region.load_u32(off)? != last {
+            return Ok(None);
+        }
+        let mut b = vec![0u8; self.lay.slot];
+        region.read(off, &mut b)?;
+        Ok(Some(Slot::decode(&b, self.n)))
+    }
+
+    /// Reads a mailbox whose header carries `seq`: (status, payload words).
+    pub fn read_mailbox(
+        &self,
+        region: &Region,
+        (hdr, data): (usize, usize),
+        seq: u32,
+    ) -> Result<Option<(u32, Vec<u32>)>> {
+        let last = region.load_u32(hdr + self.lay.slot - 4)?;
+        if last != seq || region.load_u32(hdr)? != seq {
+            return Ok(None);
+        }
+        let mut h = vec![0u8; self.lay.slot];
+        region.read(hdr, &mut h)?;
+        let s = Slot::decode(&h, 0);
+        let len = s.id as usize * 4;
+        if len > self.lay.area {
+            return Err(Error::Protocol(format!("a mailbox of {len} bytes")));
+        }
+        let mut b = vec![0u8; len];
+        region.read(data, &mut b)?;
+        let w = b
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes(c.try_into().expect("word")))
+            .collect();
+        Ok(Some((s.kind, w)))
+    }
+
+    /// One pass over everything that may have arrived. Call with the state locked.
+    pub fn serve(&self, st: &mut State) -> Result<()> {
+        if self.peers().is_none() {
+            return Ok(());
+        }
+        for s in 0..self.n {
+            if s != self.me {
+                self.drain_ring(st, s)?;
+            }
+        }
+        for a in 0..self.n {
+            if let Some(m) = self.read_slot(&self.ctl, self.lay.req(a), st.req_seen[a])? {
+                st.req_seen[a] = m.seq;
+                st.stats.requests_served += 1;
+                self.request(st, a, m)?;
+            }
+            if let Some(m) = self.read_slot(&self.ctl, self.lay.fwd(a), st.fwd_seen[a])? {
+                st.fwd_seen[a] = m.seq;
+                st.stats.requests_served += 1;
+                self.forward(st, m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves if nobody else is (the program's thread while it waits).
+    pub fn try_serve(&self) -> Result<()> {
+        self.check_failed()?;
+        if let Ok(mut st) = self.st.try_lock() {
+            self.serve(&mut st)?;
+            self.unlock(st)?;
+        }
+        Ok(())
+    }
+
+    /// Records the first error the service met outside the program's calls.
+    pub fn fail(&self, e: Error) {
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert_with(|| e.to_string());
+        self.has_failed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn check_failed(&self) -> Result<()> {
+        if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        match &*self.failed.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(Error::Protocol(format!("the service failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn drain_ring(&self, st: &mut State, s: usize) -> Result<()> {
+        let tail = self.ctl.load_u32(self.lay.tail(s))?;
+        if st.rpos[s] == tail {
+            return Ok(());
+        }
+        let ring = self.lay.ring;
+        let base = self.lay.ring(s);
+        while st.rpos[s] != tail {
+            let pos = st.rpos[s] as usize % ring;
+            let mut h = [0u8; 8];
+            self.ctl.read(base + pos, &mut h)?;
+            let kind = u32::from_ne_bytes(h[..4].try_into().expect("word"));
+            let len = u32::from_ne_bytes(h[4..].try_into().expect("word")) as usize;
+            if kind == R_WRAP {
+                st.rpos[s] = st.rpos[s].wrapping_add((ring - pos) as u32);
+                continue;
+            }
+            if pos + record_len(len) > ring {
+                return Err(Error::Protocol(format!(
+                    "record of {len} bytes past the ring's end"
+                )));
+            }
+            let mut b = vec![0u8; len];
+            self.ctl.read(base + pos + 8, &mut b)?;
+            self.record(st, kind, &b)?;
+            st.rpos[s] = st.rpos[s].wrapping_add(record_len(len) as u32);
+        }
+        let credit = st.rpos[s];
+        st.outbox.push(Out {
+            to: To::Ctl(s),
+            off: self.lay.credit(self.me),
+            bytes: credit.to_ne_bytes().to_vec(),
+            wake: Wake::Reply,
+        });
+        Ok(())
+    }
+
+    fn version(&self, page: usize, node: usize) -> Result<u32> {
+        Ok(self.vers.load_u32(4 * (page * self.n + node))?)
+    }
+
+    fn set_version(&self, page: usize, node: usize, k: u32) -> Result<()> {
+        if k > self.version(page, node)? {
+            self.vers.store_u32(4 * (page * self.n + node), k)?;
+        }
+        Ok(())
+    }
+
+    fn versions_reached(&self, page: usize, need: &[u32]) -> Result<bool> {
+        for (j, &k) in need.iter().enumerate() {
+            if self.version(page, j)? < k {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn check_page(&self, page: usize) -> Result<()> {
+        if (page + 1) * self.page > self.space.len() {
+            return Err(Error::Protocol(format!("page {page} is outside the space")));
+        }
+        Ok(())
+    }
+
+    fn record(&self, st: &mut State, kind: u32, b: &[u8]) -> Result<()> {
+        let mut r = Words::new(b);
+        match kind {
+            R_DIFF => {
+                // [page, writer, interval, bitmap of changed words, changed words]
+                let (page, writer, k) = (r.next()? as usize, r.next()? as usize, r.next()?);
+                self.check_page(page)?;
+                let words = self.page / 4;
+                let bitmap = r.bytes(words.div_ceil(8))?;
+                let base = page * self.page;
+                let mut applied = 0;
+                for i in 0..words {
+                    if bitmap[i / 8] & (1 << (i % 8)) != 0 {
+                        let w = r.bytes(4)?;
+                        self.space.write(base + 4 * i, w)?;
+                        applied += 4;
+                    }
+                }
+                st.stats.diffs_applied += 1;
+                st.stats.diff_bytes_applied += applied;
+                self.set_version(page, writer.min(self.n - 1), k)?;
+                self.pages_changed(st)
+            }
+            R_VERSION => {
+                let (writer, k, count) = (r.next()? as usize, r.next()?, r.next()?);
+                for _ in 0..count {
+                    let page = r.next()? as usize;
+                    self.check_page(page)?;
+                    self.set_version(page, writer.min(self.n - 1), k)?;
+                }
+                self.pages_changed(st)
+            }
+            R_FLAG_SET => {
+                let (flag, value, setter) = (r.next()?, r.next()?, r.next()?);
+                self.flag_set(st, flag, value, setter as usize)
+            }
+            other => Err(Error::Protocol(format!("unknown record kind {other}"))),
+        }
+    }
+
+    /// Answers the page requests that the versions now allow.
+    fn pages_changed(&self, st: &mut State) -> Result<()> {
+        let mut i = 0;
+        while i < st.pending.len() {
+            let (_, _, page, need) = &st.pending[i];
+            if self.versions_reached(*page, need)? {
+                let (from, seq, page, _) = st.pending.swap_remove(i);
+                self.reply_page(&mut st.outbox, from, seq, page)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn reply_page(&self, q: &mut Vec<Out>, from: usize, seq: u32, page: usize) -> Result<()> {
+        let mut b = vec![0u8; self.page];
+        self.space.read(page * self.page, &mut b)?;
+        q.push(Out {
+            to: To::Space(from),
+            off: page * self.page,
+            bytes: b,
+            wake: Wake::No,
+        });
+        let m = SlotMsg {
+            seq,
+            kind: S_PAGE,
+            id: page as u32,
+            arg: 0,
+            from: self.me as u32,
+            aux: 0,
+            vector: &[],
+        };
+        self.queue_slot(q, To::Ctl(from), self.lay.reply(), m, Wake::Reply);
+        Ok(())
+    }
+
+    fn request(&self, st: &mut State, a: usize, m: Slot) -> Result<()> {
+        let w = Waiter {
+            from: a,
+            seq: m.seq,
+            vt: m.vector,
+        };
+        match m.kind {
+            S_PAGE => {
+                let page = m.id as usize;
+                self.check_page(page)?;
+                if self.versions_reached(page, &w.vt)? {
+                    self.reply_page(&mut st.outbox, a, w.seq, page)
+                } else {
+                    st.pending.push((a, w.seq, page, w.vt));
+                    Ok(())
+                }
+            }
+            S_LOCK => self.lock_request(st, m.id, w),
+            S_FLAG => self.flag_wait(st, m.id, m.arg, w),
+            k => Err(Error::Protocol(format!("unknown request kind {k}"))),
+        }
+    }
+
+    /// The lock's manager: the request joins the queue behind the last requester, who is
+    /// told whom to hand the lock to.
+    pub fn lock_request(&self, st: &mut State, lock: u32, w: Waiter) -> Result<()> {
+        let i = lock as usize / self.n;
+        let prev = *st.tail.get(i).ok_or(Error::LockOutOfRange(lock, 0))? as usize;
+        st.tail[i] = w.from as u16;
+        self.forward_to(st, prev, S_LOCK, lock, w)
+    }
+
+    fn forward_to(&self, st: &mut State, to: usize, kind: u32, id: u32, w: Waiter) -> Result<()> {
+        if to == self.me {
+            let m = Slot {
+                seq: w.seq,
+                kind,
+                id,
+                arg: 0,
+                from: w.from as u32,
+                vector: w.vt,
+            };
+            return self.forward(st, m);
+        }
+        let m = SlotMsg {
+            seq: w.seq,
+            kind,
+            id,
+            arg: 0,
+            from: w.from as u32,
+            aux: 0,
+            vector: &w.vt,
+        };
+        self.queue_slot(
+            &mut st.outbox,
+            To::Ctl(to),
+            self.lay.fwd(w.from),
+            m,
+            Wake::Request,
+        );
+        Ok(())
+    }
+
+    fn forward(&self, st: &mut State, m: Slot) -> Result<()> {
+        let w = Waiter {
+            from: m.from as usize,
+            seq: m.seq,
+            vt: m.vector,
+        };
+        if w.from >= self.n {
+            return Err(Error::Protocol(format!("forward from node {}", w.from)));
+        }
+        match m.kind {
+            S_LOCK => {
+                let l = m.id as usize;
+                if l >= st.token.len() {
+                    return Err(Error::Protocol(format!("forward of lock {l}")));
+                }
+                if st.token[l] && !st.held[l] {
+                    st.token[l] = false;
+                    self.grant(st, &w, S_LOCK)
+                } else {
+                    st.waiter[l] = Some(w);
+                    Ok(())
+                }
+            }
+            // A flag's setter hands over what it knew when it set the flag (and since).
+            S_FLAG => self.grant(st, &w, S_FLAG),
+            k => Err(Error::Protocol(format!("unknown forward kind {k}"))),
+        }
+    }
+
+    /// Sends the grant of a lock or flag with the write notices the requester lacks.
+    pub fn grant(&self, st: &mut State, w: &Waiter, kind: u32) -> Result<()> {
+        let notices = st.notices_since(&w.vt);
+        self.queue_mailbox(
+            &mut st.outbox,
+            To::Ctl(w.from),
+            self.lay.grant(),
+            w.seq,
+            kind,
+            &notices,
+        )
+    }
+
+    /// Hands a released lock to the node waiting for it, if any.
+    pub fn pass_on(&self, st: &mut State, lock: u32) -> Result<()> {
+        if let Some(w) = st.waiter[lock as usize].take() {
+            st.token[lock as usize] = false;
+            self.grant(st, &w, S_LOCK)?;
+        }
+        Ok(())
+    }
+
+    pub fn flag_wait(&self, st: &mut State, flag: u32, value: u32, w: Waiter) -> Result<()> {
+        let i = flag as usize / self.n;
+        let f = st.flags.get_mut(i).ok_or(Error::FlagOutOfRange(flag, 0))?;
+        if f.value >= value && value > 0 {
+            let setter = f.setter as usize;
+            self.forward_to(st, setter, S_FLAG, flag, w)
+        } else {
+            f.waiters.push((w, value));
+            Ok(())
+        }
+    }
+
+    pub fn flag_set(&self, st: &mut State, flag: u32, value: u32, setter: usize) -> Result<()> {
+        let i = flag as usize / self.n;
+        let f = st.flags.get_mut(i).ok_or(Error::FlagOutOfRange(flag, 0))?;
+        f.value = f.value.max(value);
+        f.setter = setter as u32;
+        let now = f.value;
+        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut f.waiters)
+            .into_iter()
+            .partition(|(_, v)| *v <= now);
+        f.waiters = stay;
+        for (w, _) in go {
+            self.forward_to(st, setter, S_FLAG, flag, w)?;
+        }
+        Ok(())
+    }
+}
+
+/// The program is inside the library while this lives ([`Service::awake`]).
+pub(crate) struct Awake(std::sync::Arc<Service>);
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        let s = &self.0;
+        if s.depth.fetch_sub(1, Ordering::Relaxed) == 1 && s.remote_read {
+            let _ = s.ctl.store_u32(s.lay.awake(), 0);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // What a sender left without notifying, because we were inside, is served now.
+            if let Err(e) = s.try_serve() {
+                s.fail(e);
+            }
+        }
+    }
+}

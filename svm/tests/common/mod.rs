@@ -1,0 +1,248 @@
+//! The semantics every protocol must keep, written once and run on shm (real processes)
+//! and on the simulated SHRIMP (threads in virtual time).
+#![allow(dead_code)]
+
+use svm::{Config, Placement, Protocol, Result, Svm};
+
+/// A small deterministic generator (xorshift), the same on every node.
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+pub fn config(p: Protocol) -> Config {
+    Config::new(p).space(8 << 20)
+}
+
+/// A write then a flag under a lock: the next holder that sees the flag sees the data.
+pub fn lock_message(s: &mut Svm) -> Result<()> {
+    let data = s.alloc::<u32>(3000, Placement::RoundRobin)?;
+    let flag = s.alloc::<u32>(1, Placement::Node(s.size() - 1))?;
+    if s.rank() == 0 {
+        s.acquire(7)?;
+        {
+            let v = s.view(data);
+            for i in 0..data.len() {
+                v.set(i, i as u32 * 3 + 1)?;
+            }
+            s.view(flag).set(0, 1)?;
+        }
+        s.release(7)?;
+    } else if s.rank() == s.size() - 1 {
+        loop {
+            s.acquire(7)?;
+            let seen = s.view(flag).get(0)?;
+            if seen == 1 {
+                let got = s.view(data).to_vec()?;
+                for (i, x) in got.iter().enumerate() {
+                    assert_eq!(*x, i as u32 * 3 + 1, "node {}: element {i}", s.rank());
+                }
+                s.release(7)?;
+                break;
+            }
+            s.release(7)?;
+        }
+    }
+    s.barrier()
+}
+
+/// Write notices travel transitively: node 0 writes x under lock 1; node 1 sees it, then
+/// writes y under lock 2; node 2 sees y and must then see x, which it had cached stale.
+pub fn transitivity(s: &mut Svm) -> Result<()> {
+    let n = s.size();
+    let x = s.alloc::<u64>(1, Placement::Node(1 % n))?;
+    let y = s.alloc::<u64>(1, Placement::Node(0))?;
+    // Every node caches x's page (zero) before the writes.
+    assert_eq!(s.view(x).get(0)?, 0);
+    s.barrier()?;
+    let last = n.min(3) - 1;
+    match s.rank() {
+        0 => {
+            s.acquire(1)?;
+            s.view(x).set(0, 42)?;
+            s.release(1)?;
+        }
+        1 => loop {
+            s.acquire(1)?;
+            let v = s.view(x).get(0)?;
+            s.release(1)?;
+            if v == 42 {
+                s.acquire(2)?;
+                s.view(y).set(0, 1)?;
+                s.release(2)?;
+                break;
+            }
+        },
+        r if r == last => loop {
+            s.acquire(2)?;
+            let v = s.view(y).get(0)?;
+            s.release(2)?;
+            if v == 1 {
+                assert_eq!(s.view(x).get(0)?, 42, "x must be visible transitively");
+                break;
+            }
+        },
+        _ => {}
+    }
+    s.barrier()
+}
+
+/// Barrier visibility with write-write false sharing: every node writes an interleaved
+/// share, then everybody reads all of it; several rounds on the same pages.
+pub fn barrier_rounds(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    let a = s.alloc::<u32>(5000, Placement::Blocked)?;
+    for round in 1..=4u32 {
+        {
+            let v = s.view(a);
+            for i in (me..a.len()).step_by(n) {
+                v.set(i, round * 100_000 + i as u32)?;
+            }
+        }
+        s.barrier()?;
+        let got = s.view(a).to_vec()?;
+        for (i, x) in got.iter().enumerate() {
+            assert_eq!(
+                *x,
+                round * 100_000 + i as u32,
+                "node {me} round {round} element {i} stats {}",
+                s.stats()
+            );
+        }
+        s.barrier()?;
+    }
+    Ok(())
+}
+
+/// Several writers to one page, different words, several rounds: the home merges them.
+pub fn one_page_many_writers(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    let words = s.page_size() / 4;
+    let per = words / n;
+    let a = s.alloc::<u32>(words, Placement::Node(n / 2))?;
+    for round in 1..=3u32 {
+        {
+            let v = s.view(a);
+            for i in me * per..(me + 1) * per {
+                v.set(i, round << 20 | i as u32)?;
+            }
+        }
+        s.barrier()?;
+        let got = s.view(a).to_vec()?;
+        for (i, x) in got.iter().enumerate().take(per * n) {
+            assert_eq!(
+                *x,
+                round << 20 | i as u32,
+                "node {me} round {round} word {i}"
+            );
+        }
+        s.barrier()?;
+    }
+    Ok(())
+}
+
+/// Each node writes a shuffled share of a large array; every node checks the sum. Then a
+/// lock-protected counter under contention ends at the exact total; a never-written page
+/// reads as zeros.
+pub fn random_and_counter(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    let len = 4000 * (12 - n.min(8));
+    let a = s.alloc::<u64>(len, Placement::RoundRobin)?;
+    let untouched = s.alloc::<u64>(1024, Placement::RoundRobin)?;
+    let counter = s.alloc::<u64>(1, Placement::Node(0))?;
+    let mut perm: Vec<usize> = (0..len).collect();
+    let mut rng = Rng::new(0x5eed);
+    for i in (1..len).rev() {
+        perm.swap(i, rng.next() as usize % (i + 1));
+    }
+    {
+        let v = s.view(a);
+        for &i in perm.iter().skip(me).step_by(n) {
+            v.set(i, i as u64 * 3 + 1)?;
+        }
+    }
+    s.barrier()?;
+    let sum: u64 = s.view(a).to_vec()?.iter().sum();
+    let want: u64 = (0..len as u64).map(|i| i * 3 + 1).sum();
+    assert_eq!(sum, want, "node {me}: sum of the shuffled array");
+    assert!(s.view(untouched).to_vec()?.iter().all(|&x| x == 0));
+    let per = 40u64;
+    for _ in 0..per {
+        s.acquire(3)?;
+        let c = s.view(counter);
+        c.set(0, c.get(0)? + 1)?;
+        s.release(3)?;
+    }
+    s.barrier()?;
+    assert_eq!(
+        s.view(counter).get(0)?,
+        per * n as u64,
+        "node {me}: the counter"
+    );
+    Ok(())
+}
+
+/// Flags with acquire/release semantics, as Radix's prefix tree uses them: node k waits for
+/// node k-1's flag, adds its own value to the running sum, and sets its flag.
+pub fn flag_chain(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    let sums = s.alloc::<u64>(n, Placement::RoundRobin)?;
+    for round in 1..=2u32 {
+        if me > 0 {
+            s.flag_wait(me as u32 - 1 + 10 * round, round)?;
+        }
+        {
+            let v = s.view(sums);
+            let before = if me > 0 { v.get(me - 1)? } else { 0 };
+            v.set(me, before + (me as u64 + 1) * round as u64)?;
+        }
+        s.flag_set(me as u32 + 10 * round, round)?;
+        s.barrier()?;
+        let all = s.view(sums).to_vec()?;
+        for (k, x) in all.iter().enumerate() {
+            assert_eq!(
+                *x,
+                ((k + 1) * (k + 2) / 2) as u64 * round as u64,
+                "node {me} round {round} sum {k}"
+            );
+        }
+        s.barrier()?;
+    }
+    Ok(())
+}
+
+/// Every scenario in turn, on one space.
+pub fn all(s: &mut Svm) -> Result<()> {
+    let t = std::time::Instant::now();
+    let step = |name: &str, s: &Svm| {
+        if s.rank() == 0 && std::env::var_os("SVM_TRACE").is_some() {
+            eprintln!("{name} done at {:?}: {}", t.elapsed(), s.stats());
+        }
+    };
+    lock_message(s)?;
+    step("lock_message", s);
+    transitivity(s)?;
+    step("transitivity", s);
+    barrier_rounds(s)?;
+    step("barrier_rounds", s);
+    one_page_many_writers(s)?;
+    step("one_page", s);
+    random_and_counter(s)?;
+    step("random", s);
+    flag_chain(s)?;
+    step("flags", s);
+    let st = s.stats();
+    assert!(st.barriers > 0);
+    if s.size() > 1 {
+        assert!(st.write_notices_received > 0, "node {}: {st}", s.rank());
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! The shared space across real processes over shared memory, under every protocol.
+
+mod common;
+
+use std::time::Duration;
+use svm::{Config, Error, Placement, Protocol, Svm};
+use vmmc_run::testing::Job;
+
+fn space(p: Protocol) -> Svm {
+    let ep = vmmc_run::init().expect("join the job");
+    Svm::new(ep, common::config(p).with_env().expect("config")).expect("set up the space")
+}
+
+fn every_scenario(name: &str, ranks: usize, p: Protocol) {
+    Job::new(name, ranks)
+        .limit(Duration::from_secs(240))
+        .run_ok(|| {
+            let mut s = space(p);
+            common::all(&mut s).expect("scenarios");
+            println!("node {}: {}", s.rank(), s.stats());
+            s.finish().expect("finish");
+        });
+}
+
+#[test]
+fn hlrc_on_2_processes() {
+    every_scenario("hlrc_on_2_processes", 2, Protocol::Hlrc);
+}
+#[test]
+fn hlrc_au_on_2_processes() {
+    every_scenario("hlrc_au_on_2_processes", 2, Protocol::HlrcAu);
+}
+#[test]
+fn aurc_on_2_processes() {
+    every_scenario("aurc_on_2_processes", 2, Protocol::Aurc);
+}
+#[test]
+fn hlrc_on_4_processes() {
+    every_scenario("hlrc_on_4_processes", 4, Protocol::Hlrc);
+}
+#[test]
+fn hlrc_au_on_4_processes() {
+    every_scenario("hlrc_au_on_4_processes", 4, Protocol::HlrcAu);
+}
+#[test]
+fn aurc_on_4_processes() {
+    every_scenario("aurc_on_4_processes", 4, Protocol::Aurc);
+}
+
+/// The protocol comes from the environment: the same code under each.
+#[test]
+fn protocol_chosen_at_run_time() {
+    for p in Protocol::ALL {
+        let o = Job::new("protocol_chosen_at_run_time", 2)
+            .env("SVM_PROTOCOL", p.name())
+            .run_ok(|| {
+                let ep = vmmc_run::init().expect("join");
+                let mut s =
+                    Svm::new(ep, Config::from_env().expect("env").space(1 << 20)).expect("space");
+                println!("protocol={}", s.protocol());
+                common::barrier_rounds(&mut s).expect("barrier rounds");
+                s.finish().expect("finish");
+            });
+        assert!(
+            o.stdout.contains(&format!("protocol={}", p.name())),
+            "{}",
+            o.report()
+        );
+    }
+}
+
+/// Clear errors: out of space, a lock or flag out of range, a release of a lock not held,
+/// and mismatched collective calls (which every node reports, nobody hangs).
+#[test]
+fn bad_calls_are_clear_errors() {
+    Job::new("bad_calls_are_clear_errors", 2).run_ok(|| {
+        let mut s = space(Protocol::Hlrc);
+        let e = s.alloc::<u64>(1 << 30, Placement::RoundRobin).unwrap_err();
+        assert!(matches!(e, Error::OutOfSpace { .. }), "{e}");
+        assert!(e.to_string().contains("SVM_SPACE"), "{e}");
+        assert!(matches!(s.acquire(1 << 20), Err(Error::LockOutOfRange(..))));
+        assert!(matches!(s.release(5), Err(Error::NotHeld(5))));
+        assert!(matches!(
+            s.flag_set(1 << 20, 1),
+            Err(Error::FlagOutOfRange(..))
+        ));
+        let a = s.alloc::<u32>(10, Placement::RoundRobin).unwrap();
+        assert!(matches!(s.view(a).get(10), Err(Error::OutOfBounds { .. })));
+        // Node 0 allocates 100 elements, node 1 200: both hear of it.
+        let n = if s.rank() == 0 { 100 } else { 200 };
+        let e = s.alloc::<u32>(n, Placement::RoundRobin).unwrap_err();
+        assert!(matches!(e, Error::Mismatch(_)), "{e}");
+        // And a barrier against an allocation.
+        let e = if s.rank() == 0 {
+            s.barrier().unwrap_err()
+        } else {
+            s.alloc::<u8>(1, Placement::Node(0)).unwrap_err()
+        };
+        assert!(matches!(e, Error::Mismatch(_)), "{e}");
+        s.barrier().expect("the space goes on after a mismatch");
+        s.finish().expect("finish");
+    });
+}
+
+/// A node that dies is reported to the others, who do not hang.
+#[test]
+fn a_dead_node_is_reported() {
+    let o = Job::new("a_dead_node_is_reported", 3)
+        .limit(Duration::from_secs(60))
+        .run(|| {
+            let mut s = space(Protocol::Hlrc);
+            let a = s.alloc::<u32>(4096, Placement::RoundRobin).expect("alloc");
+            s.barrier().expect("barrier");
+            if s.rank() == 2 {
+                vmmc::conformance::die();
+            }
+            // Node 1 waits for a lock whose manager is the dead node; node 0 in a barrier.
+            let e = if s.rank() == 1 {
+                s.view(a).set(0, 1).expect("write");
+                let ep = s.endpoint().clone();
+                let victim = ep.proc_of(2).expect("rank 2");
+                while ep.peer_alive(victim) {
+                    std::thread::yield_now();
+                }
+                s.acquire(2).unwrap_err()
+            } else {
+                s.barrier().unwrap_err()
+            };
+            assert!(matches!(e, Error::PeerLost(..)), "{e}");
+            println!("node {} saw: {e}", s.rank());
+        });
+    assert_eq!(o.ranks_ok(), 2, "{}", o.report());
+    assert!(o.stdout.contains("is lost"), "{}", o.report());
+}
