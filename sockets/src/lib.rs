@@ -1,11 +1,9 @@
 //! Stream sockets over VMMC (seed 003 §4.3).
 //!
-//! A connection is set up over a regular TCP socket, which exchanges what the two VMMC
-//! mappings need (one receive buffer per direction) and then stays open to detect a broken
-//! connection and to wake a peer that went to sleep. Data moves through a circular buffer in
-//! each direction: the receiver owns (exports) its incoming ring, the sender maps it and
-//! writes the bytes and the ring's tail into it; the receiver writes how much it consumed into
-//! the sender's ring. Every remote access is a write, every read is local, as on SHRIMP.
+//! Data moves through a circular buffer in each direction: the receiver owns (exports) its
+//! incoming ring, the sender writes the bytes and the ring's tail into it; the receiver
+//! writes how much it consumed into the sender's ring. Every remote access is a write, every
+//! read is local, as on SHRIMP (see [`ring`]).
 //!
 //! Three send protocols of seed 003 §4.3 are selectable at run time ([`Variant`], from the
 //! API or `VMMC_SOCK_VARIANT=du2|du1|au`): two-copy deliberate update, one-copy deliberate
@@ -14,11 +12,53 @@
 //! [`VmmcStream::write_block`] / [`VmmcStream::read_block`] are the non-standard block
 //! transfer extension used by DFS-sockets (seed 001 §3).
 //!
-//! Two unrelated processes (started separately, no common `vmmc-run` job) must be able to
-//! connect, so a connection does not go through an endpoint's export/import and its job's
-//! trusted party: each side allocates its ring as a shared [`vmmc::Region`] backed by a file
-//! in [`SHM_DIR`], and the peer maps it with [`vmmc::Region::map_shared_fd`] (see [`Offer`]
-//! and [`ring`]).
+//! # Two ways to connect, one ring code
+//!
+//! **Inside a job** (processes of one `vmmc-run` job, or the nodes of the simulated SHRIMP):
+//! [`JobListener::bind`]`(&ep, port)` and [`VmmcStream::connect_job`]`(&ep, rank, port)`.
+//! The rings are exported and imported through the endpoint, so connections run on every
+//! transport the job runs on (shm, sim, and the multi-host ones), and the rendezvous goes
+//! through VMMC itself: a listener exports a well-known buffer of request slots, a connect
+//! writes its ring's id into one, the accept answers in the connecting ring's header (see
+//! [`JobListener`]). No kernel socket is involved. `connect` returns before the accept (as a
+//! kernel connect returns once in the backlog), so a thread may connect to its own
+//! listener, and a program may open all its connections before accepting any. Waits go
+//! through the core's pacing: on the simulator they poll with [`vmmc::pace::relax`] and
+//! advance virtual time (timeouts are in virtual time, too); elsewhere they spin briefly,
+//! then sleep until the peer's notification. A peer that leaves the job is noticed through
+//! the endpoint: reads give end of file, writes `BrokenPipe`.
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! // vmmc-run -n 4 [--transport sim] -- this-program
+//! vmmc_run::run(|ep| {
+//!     let talk = || -> std::io::Result<()> {
+//!         if ep.rank() == 0 {
+//!             let listener = sockets::JobListener::bind(&ep, 80)?;
+//!             for _ in 1..ep.size() {
+//!                 let (s, rank) = listener.accept()?;
+//!                 s.write_block(format!("hello, rank {rank}").as_bytes())?;
+//!             }
+//!         } else {
+//!             let s = sockets::VmmcStream::connect_job(&ep, 0, 80)?;
+//!             let mut block = vec![0u8; 64];
+//!             let n = s.read_block(&mut block)?;
+//!             assert!(block[..n].starts_with(b"hello"));
+//!         }
+//!         Ok(())
+//!     };
+//!     talk().map_err(|e| vmmc::Error::io("sockets", e))
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **Between unrelated processes** of one host (no common job: the LD_PRELOAD interposer's
+//! case): [`VmmcListener`] / [`VmmcStream::connect`] take socket addresses like
+//! `TcpListener` / `TcpStream`. A connection is set up over a regular TCP socket, which
+//! exchanges the two rings (each side allocates its ring as a shared [`vmmc::Region`] backed
+//! by a file in [`SHM_DIR`], and the peer maps it with [`vmmc::Region::map_shared_fd`]: see
+//! [`Offer`]) and then stays open to detect a broken connection and to wake a peer that
+//! went to sleep, as in seed 003 §4.3's "Connection Establishment".
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -39,11 +79,13 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod job;
 pub mod ring;
 mod stats;
 mod stream;
 
 pub use error::Error;
+pub use job::{JobListener, BACKLOG, LISTEN_BASE};
 pub use ring::{Conn, RecvFlags};
 pub use stats::{stats, Stats};
 pub use stream::{

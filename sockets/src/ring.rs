@@ -15,34 +15,60 @@
 //! | 4 | `ACK` | bytes of X's data (in Y's ring) that Y has consumed |
 //! | 8 | `FIN` | Y will write no more (shutdown or close) |
 //! | 12 | `CLOSED` | Y closed its end: X's writes fail with `EPIPE` |
-//! | 16 | `WAITS_DATA` | Y sleeps until X writes data |
-//! | 20 | `WAITS_SPACE` | Y sleeps until X consumes data |
+//! | 16 | `WAITS_DATA` | Y sleeps until X writes data (an arming number, 0: awake) |
+//! | 20 | `WAITS_SPACE` | Y sleeps until X consumes data (likewise) |
+//! | 24 | `WAKE` | (job path) written with a notification to wake X's sleeper |
+//! | 28 | `WAKE_AT` | (host path) Y's monotonic clock in µs when it last woke X |
 //! | 32 | `REFS` | (X's own) processes of X holding this end: a fork shares it |
 //! | 36 | `MY_HEAD` | (X's own) bytes X has consumed from this ring |
 //! | 40 | `MY_TAIL` | (X's own) bytes X has written into Y's ring |
+//! | 48 | `ACC_ID` | (job path, client's ring) the listener's ring id |
+//! | 52 | `ACC_CAP` | (job path, client's ring) the listener's ring capacity |
+//! | 56 | `ACC_SEQ` | (job path, client's ring) the request this accept answers: the flag |
 //!
 //! X keeps its own counters in its ring's header rather than in process memory, so that
 //! after a `fork` parent and child continue from the same positions.
 //!
+//! Two paths reach the peer's ring, with the same ring code. On the *host* path (processes
+//! that are not in one job, the interposer's case) the peer's ring is a file in `/dev/shm`
+//! mapped here, written with plain stores, and the setup socket carries wake-ups. On the
+//! *job* path ([`crate::JobListener`]) the peer's ring is imported through the endpoint and
+//! written with deliberate updates (or an automatic-update binding), on whatever transport
+//! the job runs. A deliberate update moves whole words, so the job path sends the word that
+//! holds an unaligned tail again with its earlier bytes (kept in a shadow word) and pads the
+//! last word; the pad lands in free space, because a writer never goes past the word
+//! boundary below the reader's position plus the capacity.
+//!
 //! The data is written before its `TAIL` (release), so a reader that sees the tail (acquire)
 //! sees the data: the "flag after the data" guarantee of DESIGN.md. A side that finds nothing
 //! to do spins briefly, then sets its `WAITS_*` word in the peer's ring and sleeps on the setup
-//! socket; the peer, after changing what the sleeper waits for, sends one byte there. The
+//! socket (job path: on a condition variable that the ring's notification handler signals);
+//! the peer, after changing what the sleeper waits for, sends one byte there (job path:
+//! writes `WAKE` with a notification). On the simulated SHRIMP a job-path waiter never
+//! sleeps: it polls through [`vmmc::pace::relax`], which advances virtual time. The
 //! setup socket's end of file is how a dead peer is noticed. Sleeping is a `poll` on the
 //! setup socket, not a blocking read, so it works whatever the descriptor's `O_NONBLOCK` flag
 //! (which the preload library shares with the application) says, and every sleeper of the
 //! connection sees a wake-up byte before any of them drains it.
+//!
+//! Wake-ups cost system calls, so they are rationed: each sleep arms with a fresh number and
+//! the peer wakes each arming once; a sleeping writer is woken only when a quarter of the ring
+//! is free (or all of it), as the kernel wakes a writer once a good part of its buffer is
+//! free; and a write publishes its tail every 32 KiB, so the reader copies out while the
+//! writer copies in. The spin before sleeping adapts per direction (see `SPIN`): it stops at
+//! once when the spinner finds it was descheduled, since spinning then only delays the peer.
 
+use crate::job::JobCtl;
 use crate::stats::{add, COUNTERS};
 use crate::Variant;
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use vmmc::Region;
+use vmmc::{AutoUpdateBinding, Proxy, Region};
 
 /// Bytes before the data area (one cache line).
 pub const HEADER: usize = 64;
@@ -52,19 +78,44 @@ const FIN: usize = 8;
 const CLOSED: usize = 12;
 const WAITS_DATA: usize = 16;
 const WAITS_SPACE: usize = 20;
+pub(crate) const WAKE: usize = 24;
+const WAKE_AT: usize = 28;
 const REFS: usize = 32;
 const MY_HEAD: usize = 36;
 const MY_TAIL: usize = 40;
+pub(crate) const ACC_ID: usize = 48;
+pub(crate) const ACC_SEQ: usize = 56;
 
 /// Default data capacity of a ring: 1 MiB, enough to keep a 64 KB writer streaming.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
 
-/// How long a reader or writer spins before it sleeps: a little more than a blocking wake-up
-/// costs on this machine (DESIGN.md: 25-30 µs), so ping-pong stays on the fast path.
-const SPIN: Duration = Duration::from_micros(60);
+/// How long a reader or writer spins before it sleeps, at most. Ping-pong is bistable: once
+/// one side sleeps, the other waits for its wake-up (25-30 µs on this machine, DESIGN.md,
+/// and far more when the machine is busy), and if that outlasts its spin it sleeps too, and
+/// both stay asleep for every message. A spin of several wake-ups (60 µs was not enough on
+/// the 2-core machine) pulls both back to the fast path. The spin adapts per connection and direction between [`SPIN_MIN`] and this:
+/// after a wait that ended in a sleep, it doubles when the awaited change came within this
+/// time of the wait's start (a longer spin would have caught it) and halves otherwise
+/// (spinning did not pay: the peer was idle, or not running, as when processes outnumber
+/// cores). The host path learns when the change came from the waker (`WAKE_AT`); the job
+/// path takes the whole wait, wake-up included, against [`SPIN_PAYS`].
+const SPIN: Duration = Duration::from_micros(200);
+const SPIN_MIN: Duration = Duration::from_micros(1);
+const SPIN_PAYS: Duration = Duration::from_micros(250);
+/// Whether the spin adapts (`VMMC_SOCK_SPIN=fixed` keeps it at [`SPIN`], for comparison).
+fn spin_adapts() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VMMC_SOCK_SPIN").as_deref() != Ok("fixed"))
+}
+
+/// A gap this long between two turns of a spin means the spinner was descheduled.
+const PREEMPTED: Duration = Duration::from_micros(20);
 /// Longest single sleep: bounds the cost of a wake-up drained by another thread of this
 /// process before this one started to sleep (a sleeping program wakes 50 times a second).
 pub const MAX_SLEEP: Duration = Duration::from_millis(20);
+/// A write publishes its tail at least every this many bytes, so the reader starts copying
+/// out while the writer still copies in, on lines still in the caches.
+const CHUNK: usize = 32 << 10;
 
 /// How a receive behaves (the `MSG_*` flags the preload library passes on).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,16 +130,45 @@ pub struct RecvFlags {
 
 struct Tx {
     staging: Vec<u8>,
+    /// Host path, automatic update: this side's image of the peer's ring data.
     au_image: Vec<u8>,
+    /// Job path, automatic update: the binding of a local image to the peer's ring.
+    au: Option<AutoUpdateBinding>,
+    /// Job path: the word of the peer's ring that holds the tail, as last sent (its bytes
+    /// below the tail are data, sent again with the next bytes).
+    shadow: [u8; 4],
+}
+
+/// The peer's ring as this side writes it.
+pub(crate) struct Peer {
+    /// Its data capacity.
+    pub(crate) cap: usize,
+    pub(crate) ring: PeerRing,
+}
+
+pub(crate) enum PeerRing {
+    /// Host path: mapped here, written with plain stores.
+    Mapped(Region),
+    /// Job path: imported, written with deliberate (or automatic) update.
+    Imported(Proxy),
+}
+
+/// How this side reaches the peer besides the rings.
+pub(crate) enum Ctl {
+    /// The setup socket: wake-ups, and its end of file tells a dead peer.
+    Host(TcpStream),
+    /// The endpoint: notifications and the job's liveness.
+    Job(JobCtl),
 }
 
 /// The state of one connection (shared by clones of a stream).
 pub struct Conn {
     incoming: Region,
-    outgoing: Region,
-    cap: usize,
+    /// The peer's ring: set at once on the host path, when the listener's accept arrives on
+    /// the job path's connecting side.
+    peer: OnceLock<Peer>,
     variant: Variant,
-    setup: TcpStream,
+    ctl: Ctl,
     /// Serialises this process's readers (the position is `MY_HEAD`).
     rx: Mutex<()>,
     tx: Mutex<Tx>,
@@ -101,6 +181,11 @@ pub struct Conn {
     /// Sleepers of this process per `WAITS_*` word (data, space): the word in the peer's
     /// ring is set while any of them sleeps.
     sleepers: Mutex<[u32; 2]>,
+    /// The last arming (the value of a `WAITS_*` word) of the peer's sleepers that this
+    /// process woke, per word (data, space): one wake-up per arming.
+    woken: [AtomicU32; 2],
+    /// The current spin before sleeping, in nanoseconds, per direction (read, write).
+    spin_ns: [AtomicU32; 2],
     sent: AtomicU64,
     received: AtomicU64,
 }
@@ -118,6 +203,20 @@ fn poll_in(fd: RawFd, timeout: Duration) {
     unsafe { libc::poll(&mut p, 1, ms) };
 }
 
+/// The host's monotonic clock in microseconds (wrapping): the same in every process.
+#[allow(unsafe_code)]
+fn mono_us() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000)
+        .wrapping_add(ts.tv_nsec as u64 / 1000) as u32
+}
+
 fn word(r: &Region, off: usize) -> u32 {
     r.load_u32(off).unwrap_or(0)
 }
@@ -127,8 +226,41 @@ fn store(r: &Region, off: usize, v: u32) {
     let _ = r.store_u32(off, v);
 }
 
-fn would_block() -> io::Error {
+/// A fresh value for a `WAITS_*` word: never 0, and unlikely to repeat across the processes
+/// that share a connection after a `fork`.
+fn arming() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (std::process::id().wrapping_mul(0x9e37_79b9) ^ n.wrapping_mul(0x85eb_ca6b)).max(1)
+}
+
+pub(crate) fn would_block() -> io::Error {
     io::Error::from(io::ErrorKind::WouldBlock)
+}
+
+/// A failed write into the peer's ring: the peer closed (unexported) or left.
+fn write_failed(e: vmmc::Error) -> io::Error {
+    match e {
+        vmmc::Error::Unexported | vmmc::Error::NotImported | vmmc::Error::PeerLost(_) => {
+            io::Error::new(io::ErrorKind::BrokenPipe, e)
+        }
+        e => io::Error::other(e),
+    }
+}
+
+/// The deadline `t` from now on the calling thread's clock (virtual on the simulator).
+pub(crate) fn deadline(t: Option<Duration>) -> Option<u64> {
+    t.map(|t| vmmc::pace::now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
+}
+
+impl Peer {
+    /// Stores a header word of the peer's ring.
+    fn store(&self, off: usize, v: u32) -> Result<(), vmmc::Error> {
+        match &self.ring {
+            PeerRing::Mapped(r) => r.store_u32(off, v),
+            PeerRing::Imported(p) => p.send(off, &v.to_ne_bytes()),
+        }
+    }
 }
 
 impl Conn {
@@ -144,6 +276,25 @@ impl Conn {
         Conn::restore(incoming, outgoing, cap, variant, setup)
     }
 
+    /// A job-path connection: `incoming` is exported, `peer` is the imported peer ring (or
+    /// comes later, when a connect's accept arrives).
+    pub(crate) fn new_job(
+        incoming: Region,
+        peer: Option<(Proxy, usize)>,
+        variant: Variant,
+        ctl: JobCtl,
+    ) -> Conn {
+        store(&incoming, REFS, 1);
+        let c = Conn::build(incoming, variant, Ctl::Job(ctl));
+        if let Some((proxy, cap)) = peer {
+            let _ = c.peer.set(Peer {
+                cap,
+                ring: PeerRing::Imported(proxy),
+            });
+        }
+        c
+    }
+
     /// Rebuilds a connection whose rings another image of this process set up (after
     /// `exec`): the positions and the process count in the header are kept.
     pub fn restore(
@@ -153,21 +304,30 @@ impl Conn {
         variant: Variant,
         setup: TcpStream,
     ) -> Conn {
+        let c = Conn::build(incoming, variant, Ctl::Host(setup));
+        if variant == Variant::Au {
+            c.tx.lock().unwrap_or_else(|e| e.into_inner()).au_image = vec![0; cap];
+        }
+        let _ = c.peer.set(Peer {
+            cap,
+            ring: PeerRing::Mapped(outgoing),
+        });
+        c
+    }
+
+    fn build(incoming: Region, variant: Variant, ctl: Ctl) -> Conn {
         add(&COUNTERS.connections, 1);
         Conn {
             incoming,
-            outgoing,
-            cap,
+            peer: OnceLock::new(),
             variant,
-            setup,
+            ctl,
             rx: Mutex::new(()),
             tx: Mutex::new(Tx {
                 staging: Vec::new(),
-                au_image: if variant == Variant::Au {
-                    vec![0; cap]
-                } else {
-                    Vec::new()
-                },
+                au_image: Vec::new(),
+                au: None,
+                shadow: [0; 4],
             }),
             peer_gone: AtomicBool::new(false),
             rd_shut: AtomicBool::new(false),
@@ -176,20 +336,49 @@ impl Conn {
             read_timeout: Mutex::new(None),
             write_timeout: Mutex::new(None),
             sleepers: Mutex::new([0; 2]),
+            woken: [AtomicU32::new(0), AtomicU32::new(0)],
+            spin_ns: [
+                AtomicU32::new(SPIN.as_nanos() as u32),
+                AtomicU32::new(SPIN.as_nanos() as u32),
+            ],
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
         }
     }
 
     /// The descriptors of the incoming and outgoing rings' files, and the two rings' data
-    /// capacities (what [`Conn::restore`] needs after `exec`).
+    /// capacities (what [`Conn::restore`] needs after `exec`). Host path only.
     pub fn ring_fds(&self) -> Option<(RawFd, RawFd, usize, usize)> {
+        let peer = self.peer.get()?;
+        let PeerRing::Mapped(out) = &peer.ring else {
+            return None;
+        };
         Some((
             self.incoming.fd()?,
-            self.outgoing.fd()?,
+            out.fd()?,
             self.incoming.len() - HEADER,
-            self.cap,
+            peer.cap,
         ))
+    }
+
+    /// The peer's ring. On the job path's connecting side it is known once the listener has
+    /// accepted: waits for that (unless `block` is false: then `WouldBlock`).
+    pub(crate) fn peer(&self, block: bool) -> io::Result<&Peer> {
+        if let Some(p) = self.peer.get() {
+            return Ok(p);
+        }
+        match &self.ctl {
+            Ctl::Job(j) => j.resolve(&self.incoming, &self.peer, block),
+            Ctl::Host(_) => Err(io::Error::from(io::ErrorKind::NotConnected)),
+        }
+    }
+
+    /// The job-path control, if this connection is on the job path.
+    pub(crate) fn job(&self) -> Option<&JobCtl> {
+        match &self.ctl {
+            Ctl::Job(j) => Some(j),
+            Ctl::Host(_) => None,
+        }
     }
 
     /// Whether the connection is in non-blocking mode.
@@ -197,9 +386,13 @@ impl Conn {
         self.nonblocking.load(Ordering::Relaxed)
     }
 
-    /// The setup socket's descriptor (this connection's own; the preload library polls it).
+    /// The setup socket's descriptor (this connection's own; the preload library polls it);
+    /// -1 on the job path, which has none.
     pub fn setup_fd(&self) -> RawFd {
-        self.setup.as_raw_fd()
+        match &self.ctl {
+            Ctl::Host(s) => s.as_raw_fd(),
+            Ctl::Job(_) => -1,
+        }
     }
 
     /// Counts one more process holding this end (after a `fork`): the connection ends when
@@ -233,15 +426,19 @@ impl Conn {
     }
 
     /// Asks the peer for a wake-up byte on the setup socket when data arrives (`read`) or
-    /// space frees up (`write`). Callers then re-check their condition before sleeping:
-    /// either they see the change or the peer sees the request (Dekker).
+    /// space frees up (`write`: when a quarter of the ring is free, or all of it, as the
+    /// kernel wakes a writer only once a good part of its buffer is free). Callers then
+    /// re-check their condition before sleeping: either they see the change or the peer sees
+    /// the request (Dekker). Each call is a new arming, which the peer answers with one
+    /// wake-up: a sleeper arms again before each sleep.
     pub fn arm(&self, read: bool, write: bool) {
+        let peer = self.peer.get();
         let mut n = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         for (i, on, flag) in [(0, read, WAITS_DATA), (1, write, WAITS_SPACE)] {
             if on {
                 n[i] += 1;
-                if n[i] == 1 {
-                    store(&self.outgoing, flag, 1);
+                if let Some(p) = peer {
+                    let _ = p.store(flag, arming());
                 }
             }
         }
@@ -250,14 +447,25 @@ impl Conn {
         fence(Ordering::SeqCst);
     }
 
+    /// Whether the peer's sleepers on `WAITS_*` word `flag` want a wake-up that this
+    /// process has not sent yet.
+    fn wants_wake(&self, flag: usize) -> bool {
+        let w = word(&self.incoming, flag);
+        let i = usize::from(flag == WAITS_SPACE);
+        w != 0 && self.woken[i].swap(w, Ordering::Relaxed) != w
+    }
+
     /// Withdraws a request made with [`Conn::arm`].
     pub fn disarm(&self, read: bool, write: bool) {
+        let peer = self.peer.get();
         let mut n = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         for (i, on, flag) in [(0, read, WAITS_DATA), (1, write, WAITS_SPACE)] {
             if on && n[i] > 0 {
                 n[i] -= 1;
                 if n[i] == 0 {
-                    store(&self.outgoing, flag, 0);
+                    if let Some(p) = peer {
+                        let _ = p.store(flag, 0);
+                    }
                 }
             }
         }
@@ -266,7 +474,10 @@ impl Conn {
     /// Consumes the wake-up bytes waiting on the setup socket without blocking; notices the
     /// peer's end (end of file or an error) there.
     pub fn drain(&self) {
-        let s = socket2::SockRef::from(&self.setup);
+        let Ctl::Host(setup) = &self.ctl else {
+            return;
+        };
+        let s = socket2::SockRef::from(setup);
         let mut buf = [MaybeUninit::<u8>::uninit(); 256];
         loop {
             match s.recv_with_flags(&mut buf, libc::MSG_DONTWAIT) {
@@ -298,9 +509,13 @@ impl Conn {
         self.peer_gone.load(Ordering::Relaxed)
     }
 
-    /// The setup socket (addresses, and the descriptor to poll in the preload).
-    pub fn setup(&self) -> &TcpStream {
-        &self.setup
+    /// The setup socket (addresses, and the descriptor to poll in the preload); `None` on
+    /// the job path.
+    pub fn setup(&self) -> Option<&TcpStream> {
+        match &self.ctl {
+            Ctl::Host(s) => Some(s),
+            Ctl::Job(_) => None,
+        }
     }
 
     /// The send protocol.
@@ -355,8 +570,13 @@ impl Conn {
 
     /// Whether a write would not block: space, or an error to report.
     pub fn is_writable(&self) -> bool {
-        let tail = word(&self.incoming, MY_TAIL);
-        self.space(tail) > 0 || self.write_error().is_some()
+        if self.write_error().is_some() {
+            return true;
+        }
+        let Ok(peer) = self.peer(false) else {
+            return false;
+        };
+        self.room(peer, word(&self.incoming, MY_TAIL)) > 0
     }
 
     /// Whether the peer has shut down writing or closed.
@@ -364,8 +584,16 @@ impl Conn {
         word(&self.incoming, FIN) != 0 || self.peer_gone.load(Ordering::Relaxed)
     }
 
-    fn space(&self, tail: u32) -> usize {
-        self.cap - tail.wrapping_sub(word(&self.incoming, ACK)) as usize
+    /// Bytes that may be written at `tail` now. On the job path whole words are written, so
+    /// the limit is the word boundary below the reader's position plus the capacity.
+    fn room(&self, peer: &Peer, tail: u32) -> usize {
+        let ack = word(&self.incoming, ACK);
+        let limit = match peer.ring {
+            PeerRing::Mapped(_) => ack,
+            PeerRing::Imported(_) => ack & !3,
+        };
+        (peer.cap as i64 - tail.wrapping_sub(limit) as i32 as i64).clamp(0, peer.cap as i64)
+            as usize
     }
 
     fn write_error(&self) -> Option<io::Error> {
@@ -379,59 +607,155 @@ impl Conn {
         }
     }
 
-    /// Sends one wake-up byte; never blocks (a full socket already holds a wake-up).
+    /// Wakes the peer's sleepers: one byte on the setup socket, never blocking (a full
+    /// socket already holds a wake-up); on the job path a notifying write of `WAKE`.
     fn wake_peer(&self) {
-        let s = socket2::SockRef::from(&self.setup);
-        if s.send_with_flags(&[1], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-            .is_ok()
-        {
+        let sent = match &self.ctl {
+            Ctl::Host(setup) => {
+                // When the awaited change happened, for the sleeper's spin adaptation.
+                if let Some(p) = self.peer.get() {
+                    let _ = p.store(WAKE_AT, mono_us());
+                }
+                socket2::SockRef::from(setup)
+                    .send_with_flags(&[1], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+                    .is_ok()
+            }
+            Ctl::Job(_) => match self.peer.get().map(|p| &p.ring) {
+                Some(PeerRing::Imported(p)) => p.send_notify(WAKE, &1u32.to_ne_bytes()).is_ok(),
+                _ => false,
+            },
+        };
+        if sent {
             add(&COUNTERS.wakeups_sent, 1);
         }
     }
 
-    /// Spins, then sleeps on the setup socket until `ready()`; `flag` is the word set in the
-    /// peer's ring while sleeping. Returns `WouldBlock` when the deadline passes.
+    /// Sleeps up to `d` for a wake-up (`gen`: the job path's wake-up count seen before
+    /// arming); notices a dead peer.
+    fn sleep(&self, gen: u64, d: Duration) {
+        match &self.ctl {
+            Ctl::Host(setup) => {
+                poll_in(setup.as_raw_fd(), d);
+                self.drain();
+            }
+            Ctl::Job(j) => {
+                j.waker.sleep_since(gen, d);
+                if !j.peer_alive() {
+                    self.peer_gone.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Spins, then sleeps until `ready()`; `flag` is the word set in the peer's ring while
+    /// sleeping. Returns `WouldBlock` when the deadline passes. On a paced thread (the
+    /// simulator) polls through [`vmmc::pace::relax`] instead, and never sleeps.
     fn wait(
         &self,
         mut ready: impl FnMut() -> bool,
         flag: usize,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let mut n = 0u32;
-        while start.elapsed() < SPIN {
+        let deadline = deadline(timeout);
+        let expired = || deadline.is_some_and(|d| vmmc::pace::now_ns() >= d);
+        if let Some(j) = self.job() {
+            if j.paced {
+                let mut spins = 0u32;
+                loop {
+                    if ready() {
+                        return Ok(());
+                    }
+                    if !j.peer_alive() {
+                        // The callers' conditions include a lost peer.
+                        self.peer_gone.store(true, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                    if expired() {
+                        return Err(would_block());
+                    }
+                    vmmc::pace::relax(&mut spins);
+                }
+            }
+        }
+        let (start, start_us) = (Instant::now(), mono_us());
+        let budget = &self.spin_ns[usize::from(flag == WAITS_SPACE)];
+        let b = budget.load(Ordering::Relaxed);
+        let spin = Duration::from_nanos(b.into());
+        let (mut last, mut turns) = (start, 0u32);
+        loop {
+            let now = Instant::now();
+            if now - last > PREEMPTED && spin_adapts() {
+                // The spinner lost the processor (to the peer, or to others): spinning
+                // holds up the very process it waits for. Halve and sleep.
+                budget.store((b / 2).max(SPIN_MIN.as_nanos() as u32), Ordering::Relaxed);
+                break;
+            }
+            if now - start >= spin {
+                break;
+            }
+            last = now;
             for _ in 0..64 {
                 if ready() {
                     return Ok(());
                 }
                 std::hint::spin_loop();
             }
-            n += 1;
-            if n.is_multiple_of(64) {
+            turns += 1;
+            if turns.is_multiple_of(64) {
+                // Lets a peer that shares this processor run.
                 std::thread::yield_now();
             }
         }
         let (read, write) = (flag == WAITS_DATA, flag == WAITS_SPACE);
-        self.arm(read, write);
         add(&COUNTERS.sleeps, 1);
-        let result = loop {
-            if ready() {
-                break Ok(());
+        let adapt = |slept: bool| {
+            if !spin_adapts() {
+                return;
             }
-            let mut sleep = MAX_SLEEP;
-            if let Some(d) = deadline {
-                let now = Instant::now();
-                if now >= d {
-                    break Err(would_block());
+            // Would a longer spin have caught the change? Without a sleep, the wait's length
+            // tells. After one, on the host path the waker wrote when it happened; on the
+            // job path the whole wait, wake-up included, tells.
+            let caught = match &self.ctl {
+                _ if !slept => start.elapsed() < SPIN,
+                Ctl::Host(_) => {
+                    let after = word(&self.incoming, WAKE_AT).wrapping_sub(start_us);
+                    (after as i32) >= 0 && after < SPIN.as_micros() as u32
                 }
-                sleep = sleep.min(d - now);
-            }
-            poll_in(self.setup_fd(), sleep);
-            self.drain();
+                Ctl::Job(_) => start.elapsed() < SPIN_PAYS,
+            };
+            let b = budget.load(Ordering::Relaxed);
+            let b = if caught { b.saturating_mul(2) } else { b / 2 };
+            let b = b.clamp(SPIN_MIN.as_nanos() as u32, SPIN.as_nanos() as u32);
+            budget.store(b, Ordering::Relaxed);
         };
-        self.disarm(read, write);
-        result
+        let mut slept = false;
+        loop {
+            // A fresh arming for every sleep: the peer wakes each arming once.
+            let gen = self.job().map_or(0, |j| j.waker.gen());
+            self.arm(read, write);
+            let result = if ready() {
+                Some(Ok(()))
+            } else {
+                let mut sleep = MAX_SLEEP;
+                match deadline {
+                    Some(d) if vmmc::pace::now_ns() >= d => Some(Err(would_block())),
+                    d => {
+                        if let Some(d) = d {
+                            let left = d.saturating_sub(vmmc::pace::now_ns());
+                            sleep = sleep.min(Duration::from_nanos(left));
+                        }
+                        self.sleep(gen, sleep);
+                        slept = true;
+                        None
+                    }
+                }
+            };
+            self.disarm(read, write);
+            if let Some(r) = result {
+                adapt(slept);
+                return r;
+            }
+        }
     }
 
     /// Reads into `buf` (the receive-side copy).
@@ -467,8 +791,10 @@ impl Conn {
             let avail = tail.wrapping_sub(*head) as usize;
             if avail > 0 {
                 let n = avail.min(buf.len());
-                let pos = *head as usize & (self.cap - 1);
-                let first = n.min(self.cap - pos);
+                // This side's ring has its own capacity (the peer's may differ).
+                let cap = self.incoming.len() - HEADER;
+                let pos = *head as usize & (cap - 1);
+                let first = n.min(cap - pos);
                 self.incoming
                     .read(HEADER + pos, &mut buf[..first])
                     .map_err(io::Error::other)?;
@@ -482,10 +808,14 @@ impl Conn {
                 }
                 *head = head.wrapping_add(n as u32);
                 store(&self.incoming, MY_HEAD, *head);
-                // Tell the writer, in its own ring, how far we consumed.
-                store(&self.outgoing, ACK, *head);
+                // Tell the writer, in its own ring, how far we consumed (data came, so the
+                // writer's ring is known).
+                if let Ok(p) = self.peer(true) {
+                    let _ = p.store(ACK, *head);
+                }
                 fence(Ordering::SeqCst);
-                if word(&self.incoming, WAITS_SPACE) != 0 {
+                let used = tail.wrapping_sub(*head) as usize;
+                if (used == 0 || cap - used >= cap / 4) && self.wants_wake(WAITS_SPACE) {
                     self.wake_peer();
                 }
                 add(&COUNTERS.bytes_received, n as u64);
@@ -502,6 +832,10 @@ impl Conn {
             }
             if flags.dontwait || self.nonblocking.load(Ordering::Relaxed) {
                 return Err(would_block());
+            }
+            if self.job().is_some_and(|j| !j.paced) {
+                // A sleeper asks the peer, in its ring, for a wake-up.
+                self.peer(true)?;
             }
             let h = *head;
             self.wait(
@@ -528,44 +862,89 @@ impl Conn {
         if buf.is_empty() {
             return Ok(0);
         }
+        let nonblocking = dontwait || self.nonblocking.load(Ordering::Relaxed);
+        if let Some(e) = self.write_error() {
+            return Err(e);
+        }
+        let peer = self.peer(!nonblocking)?;
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
         loop {
             if let Some(e) = self.write_error() {
-                return Err(e);
+                return if done > 0 { Ok(done) } else { Err(e) };
             }
             let tail = word(&self.incoming, MY_TAIL);
-            let space = self.space(tail);
-            if space > 0 {
-                let n = space.min(buf.len());
-                self.put(&mut tx, tail, &buf[..n])?;
-                let tail = tail.wrapping_add(n as u32);
-                store(&self.incoming, MY_TAIL, tail);
-                // The tail after the data: the reader that sees it sees the bytes.
-                store(&self.outgoing, TAIL, tail);
+            let room = self.room(peer, tail);
+            if room > 0 {
+                let n = room.min(buf.len() - done).min(CHUNK);
+                let data = &buf[done..done + n];
+                let end = tail.wrapping_add(n as u32);
+                match &peer.ring {
+                    PeerRing::Mapped(out) => {
+                        self.put_mapped(&mut tx, out, peer.cap, tail, data)?;
+                        store(&self.incoming, MY_TAIL, end);
+                        // The tail after the data: the reader that sees it sees the bytes.
+                        store(out, TAIL, end);
+                    }
+                    PeerRing::Imported(p) => {
+                        self.put_imported(&mut tx, p, peer.cap, tail, data)
+                            .map_err(|e| self.lost(e))?;
+                        store(&self.incoming, MY_TAIL, end);
+                        match &tx.au {
+                            // Through the binding, after the data it stored, then out.
+                            Some(au) => au.store_u32(TAIL, end).and_then(|_| au.flush()),
+                            None => p.send(TAIL, &end.to_ne_bytes()),
+                        }
+                        .map_err(|e| self.lost(e))?;
+                    }
+                }
                 fence(Ordering::SeqCst);
-                if word(&self.incoming, WAITS_DATA) != 0 {
+                if self.wants_wake(WAITS_DATA) {
                     self.wake_peer();
                 }
                 add(&COUNTERS.bytes_sent, n as u64);
                 self.sent.fetch_add(n as u64, Ordering::Relaxed);
-                return Ok(n);
+                done += n;
+                if done == buf.len() {
+                    return Ok(done);
+                }
+                continue;
             }
-            if dontwait || self.nonblocking.load(Ordering::Relaxed) {
+            if done > 0 {
+                return Ok(done);
+            }
+            if nonblocking {
                 return Err(would_block());
             }
             let t = tail;
             self.wait(
-                || self.space(t) > 0 || self.write_error().is_some(),
+                || self.room(peer, t) > 0 || self.write_error().is_some(),
                 WAITS_SPACE,
                 self.timeout(false),
             )?;
         }
     }
 
-    /// Moves `data` into the peer's ring at the current tail with this connection's variant.
-    fn put(&self, tx: &mut Tx, tail: u32, data: &[u8]) -> io::Result<()> {
-        let pos = tail as usize & (self.cap - 1);
-        let first = data.len().min(self.cap - pos);
+    /// A write into the peer's ring failed: the peer closed or left.
+    fn lost(&self, e: vmmc::Error) -> io::Error {
+        if matches!(e, vmmc::Error::PeerLost(_)) {
+            self.peer_gone.store(true, Ordering::Relaxed);
+        }
+        write_failed(e)
+    }
+
+    /// Host path: moves `data` into the mapped peer ring at `tail` with this connection's
+    /// variant.
+    fn put_mapped(
+        &self,
+        tx: &mut Tx,
+        out: &Region,
+        cap: usize,
+        tail: u32,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let pos = tail as usize & (cap - 1);
+        let first = data.len().min(cap - pos);
         let pieces = [(pos, &data[..first]), (0, &data[first..])];
         for (at, piece) in pieces {
             if piece.is_empty() {
@@ -574,9 +953,7 @@ impl Conn {
             match self.variant {
                 Variant::Du1 if (piece.as_ptr() as usize ^ at).is_multiple_of(4) => {
                     // One copy: the deliberate update reads the user's buffer directly.
-                    self.outgoing
-                        .write(HEADER + at, piece)
-                        .map_err(io::Error::other)?;
+                    out.write(HEADER + at, piece).map_err(io::Error::other)?;
                     add(&COUNTERS.sends_one_copy, 1);
                 }
                 Variant::Du1 | Variant::Du2 => {
@@ -586,8 +963,7 @@ impl Conn {
                     // Two copies: stage, then send from the aligned staging buffer.
                     tx.staging.clear();
                     tx.staging.extend_from_slice(piece);
-                    self.outgoing
-                        .write(HEADER + at, &tx.staging)
+                    out.write(HEADER + at, &tx.staging)
                         .map_err(io::Error::other)?;
                     add(&COUNTERS.sends_two_copy, 1);
                 }
@@ -595,11 +971,100 @@ impl Conn {
                     // The store into the automatic-update image is the send; the binding
                     // propagates the stored range to the peer's ring.
                     tx.au_image[at..at + piece.len()].copy_from_slice(piece);
-                    self.outgoing
-                        .write(HEADER + at, &tx.au_image[at..at + piece.len()])
+                    out.write(HEADER + at, &tx.au_image[at..at + piece.len()])
                         .map_err(io::Error::other)?;
                     add(&COUNTERS.sends_au, 1);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Job path: moves `data` into the imported peer ring at `tail` in whole words (see the
+    /// module documentation): the word holding an unaligned tail goes again with its earlier
+    /// bytes from the shadow, and the last word is padded.
+    fn put_imported(
+        &self,
+        tx: &mut Tx,
+        p: &Proxy,
+        cap: usize,
+        tail: u32,
+        data: &[u8],
+    ) -> Result<(), vmmc::Error> {
+        if self.variant == Variant::Au && tx.au.is_none() {
+            // Transports that propagate stores natively write them straight through; the
+            // others combine consecutive stores into packets, as SHRIMP's interface did.
+            let combining = !p.endpoint().caps().native_au;
+            tx.au = Some(p.bind(vmmc::AuOptions {
+                combining,
+                notify: false,
+            })?);
+        }
+        let pos = tail as usize & (cap - 1);
+        let first = data.len().min(cap - pos);
+        for (at, piece) in [(pos, &data[..first]), (0, &data[first..])] {
+            if piece.is_empty() {
+                continue;
+            }
+            let lead = at % 4;
+            let same_alignment = (piece.as_ptr() as usize).wrapping_sub(at).is_multiple_of(4);
+            if self.variant == Variant::Du1 && same_alignment && piece.len() >= 64 {
+                // One copy: the aligned body straight from the user's buffer; the words
+                // around it (the tail's word, the last partial word) through the shadow.
+                let head = (4 - lead) % 4;
+                if head > 0 {
+                    self.put_words(tx, p, at - lead, lead, &piece[..head])?;
+                }
+                let body = (piece.len() - head) & !3;
+                p.send(HEADER + at + head, &piece[head..head + body])?;
+                add(&COUNTERS.sends_one_copy, 1);
+                let rest = &piece[head + body..];
+                if !rest.is_empty() {
+                    self.put_words(tx, p, at + head + body, 0, rest)?;
+                }
+            } else {
+                if self.variant == Variant::Du1 {
+                    add(&COUNTERS.align_fallbacks, 1);
+                }
+                self.put_words(tx, p, at - lead, lead, piece)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `lead` bytes of the shadow and then `data` from ring position `at` (a word
+    /// boundary), staged and padded to whole words; keeps the last partial word as the
+    /// shadow.
+    fn put_words(
+        &self,
+        tx: &mut Tx,
+        p: &Proxy,
+        at: usize,
+        lead: usize,
+        data: &[u8],
+    ) -> Result<(), vmmc::Error> {
+        let Tx {
+            staging,
+            au,
+            shadow,
+            ..
+        } = tx;
+        staging.clear();
+        staging.extend_from_slice(&shadow[..lead]);
+        staging.extend_from_slice(data);
+        let used = staging.len();
+        staging.resize(used.next_multiple_of(4), 0);
+        if used % 4 != 0 {
+            shadow.copy_from_slice(&staging[staging.len() - 4..]);
+        }
+        match au {
+            Some(au) => {
+                au.write(HEADER + at, staging)?;
+                add(&COUNTERS.sends_au, 1);
+            }
+            None => {
+                p.send(HEADER + at, staging)?;
+                add(&COUNTERS.sends_two_copy, 1);
             }
         }
         Ok(())
@@ -613,11 +1078,22 @@ impl Conn {
         }
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             self.wr_shut.store(true, Ordering::Relaxed);
-            store(&self.outgoing, FIN, 1);
+            if let Ok(p) = self.peer(true) {
+                let _ = p.store(FIN, 1);
+            }
         }
-        // Wakes our own sleepers too: they sleep on the same socket, so poke the peer, whose
-        // sleepers re-check, and rely on the bounded sleep for ours.
-        self.wake_peer();
+        match &self.ctl {
+            // Wakes our own sleepers too: they sleep on the same socket, so poke the peer,
+            // whose sleepers re-check, and rely on the bounded sleep for ours.
+            Ctl::Host(_) => self.wake_peer(),
+            Ctl::Job(j) => {
+                j.waker.wake();
+                fence(Ordering::SeqCst);
+                if word(&self.incoming, WAITS_DATA) != 0 || word(&self.incoming, WAITS_SPACE) != 0 {
+                    self.wake_peer();
+                }
+            }
+        }
     }
 }
 
@@ -645,9 +1121,29 @@ impl Drop for Conn {
         if self.incoming.fetch_add_u32(REFS, u32::MAX).unwrap_or(1) != 1 {
             return;
         }
-        store(&self.outgoing, FIN, 1);
-        store(&self.outgoing, CLOSED, 1);
-        self.wake_peer();
-        let _ = self.setup.shutdown(std::net::Shutdown::Both);
+        // A connect whose accept has not come yet waits for it, so that the listener never
+        // imports a ring that is gone (it gives up when the listener or its process goes).
+        if let Ok(p) = self.peer(true) {
+            if let Some(au) = &self.tx.lock().unwrap_or_else(|e| e.into_inner()).au {
+                let _ = au.flush();
+            }
+            let _ = p.store(FIN, 1);
+            let _ = p.store(CLOSED, 1);
+        }
+        match &self.ctl {
+            Ctl::Host(setup) => {
+                self.wake_peer();
+                let _ = setup.shutdown(std::net::Shutdown::Both);
+            }
+            Ctl::Job(j) => {
+                fence(Ordering::SeqCst);
+                if word(&self.incoming, WAITS_DATA) != 0 || word(&self.incoming, WAITS_SPACE) != 0 {
+                    self.wake_peer();
+                }
+                // The binding goes before the ring it writes; then this side's ring.
+                self.tx.get_mut().unwrap_or_else(|e| e.into_inner()).au = None;
+                j.close();
+            }
+        }
     }
 }

@@ -32,13 +32,29 @@ impl Default for Options {
 }
 
 impl Options {
-    /// The variant from `VMMC_SOCK_VARIANT` and the default capacity.
+    /// The variant from `VMMC_SOCK_VARIANT` and the capacity from `VMMC_SOCK_RING` (bytes,
+    /// or with a `k`/`m` suffix), else the default.
     pub fn from_env() -> Result<Options, Error> {
+        let capacity = match std::env::var("VMMC_SOCK_RING") {
+            Ok(v) => parse_size(&v)
+                .ok_or_else(|| Error::Handshake(format!("VMMC_SOCK_RING={v:?} is not a size")))?,
+            Err(_) => DEFAULT_CAPACITY,
+        };
         Ok(Options {
             variant: Variant::from_env()?,
-            ..Options::default()
+            capacity,
         })
     }
+}
+
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim().to_ascii_lowercase();
+    let (num, mult) = match v.strip_suffix(['k', 'm']) {
+        Some(n) if v.ends_with('k') => (n, 1 << 10),
+        Some(n) => (n, 1 << 20),
+        None => (v.as_str(), 1),
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
 }
 
 /// The first bytes of a hello: a peer that sends anything else does not use this library.
@@ -308,19 +324,57 @@ impl VmmcStream {
         })
     }
 
+    /// Connects to the [`JobListener`](crate::JobListener) on `port` of the process of rank
+    /// `rank` in this endpoint's job, with options from the environment. The rings are
+    /// exported and imported through `ep`, so this works on every transport; see
+    /// [`crate::JobListener`] for the rendezvous.
+    pub fn connect_job(ep: &vmmc::Endpoint, rank: usize, port: u16) -> io::Result<VmmcStream> {
+        VmmcStream::connect_job_with(ep, rank, port, Options::from_env()?)
+    }
+
+    /// [`VmmcStream::connect_job`] with the given options.
+    pub fn connect_job_with(
+        ep: &vmmc::Endpoint,
+        rank: usize,
+        port: u16,
+        opts: Options,
+    ) -> io::Result<VmmcStream> {
+        crate::job::connect(ep, rank, port, opts)
+    }
+
+    pub(crate) fn from_conn(conn: Conn) -> VmmcStream {
+        VmmcStream {
+            conn: Arc::new(conn),
+        }
+    }
+
     /// Another handle on the same connection.
     pub fn try_clone(&self) -> io::Result<VmmcStream> {
         Ok(self.clone())
     }
 
-    /// This side's address (of the setup socket).
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.conn.setup().local_addr()
+    fn setup(&self) -> io::Result<&TcpStream> {
+        self.conn.setup().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a connection inside a job has no IP address (see peer_rank)",
+            )
+        })
     }
 
-    /// The peer's address.
+    /// This side's address (of the setup socket); `Unsupported` inside a job.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.setup()?.local_addr()
+    }
+
+    /// The peer's address; `Unsupported` inside a job.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.conn.setup().peer_addr()
+        self.setup()?.peer_addr()
+    }
+
+    /// The rank of the peer, for a connection inside a job.
+    pub fn peer_rank(&self) -> Option<usize> {
+        self.conn.job().map(|j| j.peer_rank())
     }
 
     /// Shuts down reading, writing or both; the peer reads end of file after `Write`.

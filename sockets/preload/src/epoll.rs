@@ -13,7 +13,7 @@
 //! make it readable), and the outer set also looks at the inner set's rings and asks the
 //! inner members' peers for wake-ups before it sleeps.
 
-use crate::poll::SPIN;
+use crate::poll::Spin;
 use crate::real::real;
 use sockets::Conn;
 use std::collections::BTreeMap;
@@ -179,12 +179,12 @@ impl EpollSet {
         rc
     }
 
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.lock().is_empty() && self.nested_lock().values().all(|(s, _, _)| s.is_empty())
     }
 
     /// Whether a member's rings have something to report (without consuming edge state).
-    fn any_ready(&self) -> bool {
+    pub fn any_ready(&self) -> bool {
         let w = self.lock();
         w.values().any(|watch| {
             let c = &watch.conn;
@@ -259,7 +259,7 @@ impl EpollSet {
         n
     }
 
-    fn arm(&self, on: bool) {
+    pub fn arm(&self, on: bool) {
         for w in self.lock().values() {
             if w.disabled {
                 continue;
@@ -315,7 +315,7 @@ impl EpollSet {
         let deadline = (timeout_ms >= 0).then(|| start + Duration::from_millis(timeout_ms as u64));
         let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let mut got = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
-        let mut turn = 0u32;
+        let (mut turn, mut spin) = (0u32, Spin::new());
         // Spin: rings every turn, the kernel now and then.
         loop {
             let mut n = self.ready(out);
@@ -329,7 +329,7 @@ impl EpollSet {
             if n > 0 || left() == Some(Duration::ZERO) {
                 return n as i32;
             }
-            if start.elapsed() >= SPIN {
+            if spin.over() {
                 break;
             }
             turn += 1;

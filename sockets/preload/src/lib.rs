@@ -22,11 +22,13 @@
 //! environment that lacks it) and adopts the VMMC connections it inherits (see [`exec`]);
 //! `posix_spawn` and `posix_spawnp` do the same for the child they start.
 //!
-//! Known limits: the `execl` family is variadic (Rust cannot define it) and runs `execve`
-//! inside the C library, out of the hooks' reach (the new image is still interposed if the
-//! environment names the library, but inherited VMMC connections are not adopted); an epoll set with VMMC members polled with `poll`/`select` (rather than nested in another
-//! epoll set) wakes on their wake-up bytes only; a process connecting to its own listener from the thread that must
-//! accept deadlocks the setup until its 5 s timeout.
+//! The variadic `execl`, `execlp` and `execle` are written in C (`src/execl.c`) and exported
+//! through naked trampolines ([`variadic`]): they call the hooked array forms. An epoll set
+//! with VMMC members watched by `poll`/`select` is readable when a member's ring is (see
+//! [`poll`]). Descriptors up to [`table::MAX_FD`] are tracked.
+//!
+//! Known limit: a process connecting to its own listener from the thread that must accept
+//! deadlocks the setup until its 5 s timeout.
 
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
@@ -37,6 +39,7 @@ mod poll;
 mod real;
 mod setup;
 mod table;
+mod variadic;
 
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use real::real;
@@ -866,7 +869,7 @@ unsafe fn any_known(fds: *const libc::pollfd, n: libc::nfds_t) -> bool {
         && (0..n as usize).any(|i| {
             // SAFETY: in bounds of the caller's array.
             let fd = unsafe { (*fds.add(i)).fd };
-            known(fd) && table::conn(fd).is_some()
+            known(fd) && (table::conn(fd).is_some() || table::epoll_with_members(fd).is_some())
         })
 }
 
@@ -948,7 +951,7 @@ pub unsafe extern "C" fn __ppoll_chk(
 unsafe fn sets_known(nfds: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
     (0..nfds.clamp(0, libc::FD_SETSIZE as c_int)).any(|fd| {
         known(fd)
-            && table::conn(fd).is_some()
+            && (table::conn(fd).is_some() || table::epoll_with_members(fd).is_some())
             // SAFETY: the caller's sets, fd < FD_SETSIZE.
             && sets.iter().any(|s| !s.is_null() && unsafe { libc::FD_ISSET(fd, *s) })
     })

@@ -4,15 +4,51 @@
 //! briefly when nothing is ready (the latency path), and then sleep in the kernel on the
 //! kernel descriptors plus the connections' setup sockets, after asking the peers for a
 //! wake-up byte ([`sockets::Conn::arm`]).
+//!
+//! An epoll set with VMMC members, watched by these calls, is readable when a member's rings
+//! have something for it (as well as when the kernel says so): its members' readiness is
+//! looked at here and their peers are asked for wake-up bytes, which make the set's kernel
+//! instance readable, before the call sleeps.
 
+use crate::epoll::EpollSet;
 use crate::real::real;
 use crate::table;
 use sockets::Conn;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a waiter spins before it sleeps (a wake-up costs 25-30 µs here: DESIGN.md).
-pub const SPIN: Duration = Duration::from_micros(50);
+/// How long a waiter spins before it sleeps: several wake-ups (25-30 µs each here,
+/// DESIGN.md, more on a busy machine), so that a ping-pong whose peer went to sleep comes
+/// back to the fast path instead of both sides sleeping for every message.
+pub const SPIN: Duration = Duration::from_micros(200);
+/// A gap this long between two turns of a spin means the spinner was descheduled: spinning
+/// then only holds up the processes it waits for, so it stops.
+const PREEMPTED: Duration = Duration::from_micros(20);
+
+/// A spin's clock: over after [`SPIN`], or at once when the spinner was descheduled.
+pub struct Spin {
+    start: Instant,
+    last: Instant,
+}
+
+impl Spin {
+    /// Starts a spin now.
+    pub fn new() -> Spin {
+        let now = Instant::now();
+        Spin {
+            start: now,
+            last: now,
+        }
+    }
+
+    /// Whether to stop spinning (called once per turn).
+    pub fn over(&mut self) -> bool {
+        let now = Instant::now();
+        let over = now - self.start >= SPIN || now - self.last > PREEMPTED;
+        self.last = now;
+        over
+    }
+}
 
 /// The poll events of a connection for the requested `events`.
 pub fn revents(c: &Conn, events: i16) -> i16 {
@@ -58,7 +94,12 @@ pub fn poll(
         .enumerate()
         .filter_map(|(i, p)| table::conn(p.fd).map(|c| (i, c)))
         .collect();
-    if vmmc.is_empty() {
+    let sets: Vec<(usize, Arc<EpollSet>)> = fds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| table::epoll_with_members(p.fd).map(|s| (i, s)))
+        .collect();
+    if vmmc.is_empty() && sets.is_empty() {
         return kernel_ppoll(fds, timeout, sigmask);
     }
     let start = Instant::now();
@@ -77,6 +118,11 @@ pub fn poll(
                 Some((_, c)) => revents(c, p.events),
                 None => kernel[i].revents,
             };
+            if let Some((_, set)) = sets.iter().find(|(j, _)| *j == i) {
+                if p.events & (libc::POLLIN | libc::POLLRDNORM) != 0 && set.any_ready() {
+                    p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                }
+            }
             if p.revents != 0 {
                 n += 1;
             }
@@ -84,7 +130,7 @@ pub fn poll(
         n
     };
     // Spin: rings every turn, the kernel now and then.
-    let mut turn = 0u32;
+    let (mut turn, mut spin) = (0u32, Spin::new());
     loop {
         if has_kernel && turn.is_multiple_of(16) {
             let k = kernel_ppoll(&mut kernel, Some(Duration::ZERO), std::ptr::null());
@@ -93,7 +139,7 @@ pub fn poll(
             }
         }
         let n = scan(fds, &kernel);
-        if n > 0 || left() == Some(Duration::ZERO) || start.elapsed() >= SPIN {
+        if n > 0 || left() == Some(Duration::ZERO) || spin.over() {
             if n > 0 || left() == Some(Duration::ZERO) {
                 return n;
             }
@@ -120,6 +166,9 @@ pub fn poll(
             } else {
                 c.disarm(*r, *w);
             }
+        }
+        for (_, set) in &sets {
+            set.arm(on);
         }
     };
     arm(true);

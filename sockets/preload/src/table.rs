@@ -1,17 +1,43 @@
 //! What the library knows about descriptors. A bitmap answers "is this descriptor ours?"
 //! without a lock (the path of every `read` and `write` on files, pipes and kernel sockets);
-//! only descriptors whose bit is set are looked up in the map.
+//! only descriptors whose bit is set are looked up in the map. The bitmap of the first 65536
+//! descriptors is static; above, a chunk of the same size is allocated when a descriptor in
+//! its range is first tracked (a program that raised its limit), up to [`MAX_FD`].
 
 use crate::epoll::EpollSet;
 use sockets::Conn;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
-/// Descriptors at or above this are never tracked (they stay kernel sockets).
-pub const MAX_FD: i32 = 1 << 16;
+/// Descriptors at or above this are never tracked (they stay kernel sockets): 2^24, above
+/// Linux's default ceiling for `RLIMIT_NOFILE` (`fs.nr_open`, 2^20).
+pub const MAX_FD: i32 = 1 << 24;
 
-static KNOWN: [AtomicU64; (MAX_FD as usize) / 64] = [const { AtomicU64::new(0) }; 1024];
+/// Descriptors per bitmap chunk.
+const CHUNK: i32 = 1 << 16;
+type Chunk = [AtomicU64; (CHUNK as usize) / 64];
+
+static KNOWN: Chunk = [const { AtomicU64::new(0) }; 1024];
+/// Chunks for descriptors from [`CHUNK`] up, allocated on first use and never freed.
+static HIGH: [OnceLock<Box<Chunk>>; (MAX_FD / CHUNK) as usize - 1] =
+    [const { OnceLock::new() }; (MAX_FD / CHUNK) as usize - 1];
+
+/// The bitmap word of `fd` (in range), allocating its chunk when `alloc`.
+#[inline]
+fn bits(fd: i32, alloc: bool) -> Option<&'static AtomicU64> {
+    let i = (fd % CHUNK) as usize / 64;
+    if fd < CHUNK {
+        return Some(&KNOWN[i]);
+    }
+    let slot = &HIGH[(fd / CHUNK) as usize - 1];
+    let chunk = if alloc {
+        slot.get_or_init(|| Box::new([const { AtomicU64::new(0) }; 1024]))
+    } else {
+        slot.get()?
+    };
+    Some(&chunk[i])
+}
 static TABLE: RwLock<BTreeMap<i32, Entry>> = RwLock::new(BTreeMap::new());
 
 /// A tracked descriptor.
@@ -36,15 +62,19 @@ pub enum Entry {
 #[inline]
 pub fn known(fd: i32) -> bool {
     (0..MAX_FD).contains(&fd)
-        && KNOWN[fd as usize / 64].load(Ordering::Acquire) & (1 << (fd % 64)) != 0
+        && bits(fd, false).is_some_and(|w| w.load(Ordering::Acquire) & (1 << (fd % 64)) != 0)
 }
 
 fn mark(fd: i32, on: bool) {
     let bit = 1u64 << (fd % 64);
-    if on {
-        KNOWN[fd as usize / 64].fetch_or(bit, Ordering::Release);
-    } else {
-        KNOWN[fd as usize / 64].fetch_and(!bit, Ordering::Release);
+    match bits(fd, on) {
+        Some(w) if on => {
+            w.fetch_or(bit, Ordering::Release);
+        }
+        Some(w) => {
+            w.fetch_and(!bit, Ordering::Release);
+        }
+        None => {}
     }
 }
 
@@ -91,6 +121,14 @@ pub fn take(fd: i32) -> Option<Entry> {
     let mut t = TABLE.write().unwrap_or_else(|e| e.into_inner());
     mark(fd, false);
     t.remove(&fd)
+}
+
+/// The epoll set of `fd`, if it is one with VMMC members (its own or nested).
+pub fn epoll_with_members(fd: i32) -> Option<Arc<EpollSet>> {
+    match get(fd)? {
+        Entry::Epoll(s) if !s.is_empty() => Some(s),
+        _ => None,
+    }
 }
 
 /// Every distinct VMMC connection tracked, and whether another descriptor than `except`
@@ -144,4 +182,25 @@ pub fn clear() -> Vec<Entry> {
         mark(*fd, false);
     }
     std::mem::take(&mut *t).into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_above_65535_are_tracked() {
+        for fd in [3, CHUNK - 1, CHUNK, 70_000, 1 << 20, MAX_FD - 1] {
+            assert!(!known(fd), "{fd}");
+            assert!(set(fd, Entry::Candidate).is_none(), "{fd}");
+            assert!(known(fd), "{fd}");
+            assert!(matches!(get(fd), Some(Entry::Candidate)), "{fd}");
+            assert!(!known(fd + 1) || fd + 1 == CHUNK, "{fd}");
+            assert!(matches!(take(fd), Some(Entry::Candidate)), "{fd}");
+            assert!(!known(fd) && get(fd).is_none(), "{fd}");
+        }
+        // Beyond the table: stays a kernel descriptor.
+        assert!(set(MAX_FD, Entry::Candidate).is_none());
+        assert!(!known(MAX_FD) && !known(-1));
+    }
 }

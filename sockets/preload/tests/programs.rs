@@ -614,8 +614,160 @@ fn role() {
             println!("waiting=1");
             let _ = ep_wait(ep, -1);
         }
+        "high_descriptors" => high_descriptors(),
+        "epoll_watched_by_poll" => epoll_watched_by_poll(),
         other => panic!("unknown role {other}"),
     }
+}
+
+/// An epoll set with a VMMC member, watched by poll and select, is readable when data is in
+/// the member's ring, whether or not a wake-up byte came.
+fn epoll_watched_by_poll() {
+    let (a, mut b) = pair();
+    let ep = ep_create();
+    ep_ctl(
+        ep,
+        libc::EPOLL_CTL_ADD,
+        a.as_raw_fd(),
+        libc::EPOLLIN as u32,
+        7,
+    );
+    assert_eq!(poll_in(ep, 0), 0, "nothing to read yet");
+    assert!(!select_readable(ep, Some(0)));
+    // Nobody sleeps, so no wake-up byte goes with this data.
+    b.write_all(b"x").expect("write");
+    assert_ne!(poll_in(ep, 0) & libc::POLLIN, 0, "poll misses the data");
+    assert!(select_readable(ep, Some(0)), "select misses the data");
+    let mut one = [0u8; 1];
+    (&a).read_exact(&mut one).expect("read");
+    assert_eq!(poll_in(ep, 0), 0, "nothing left");
+    // A sleeping poll wakes for data written from another thread.
+    let t = std::thread::spawn(move || {
+        b.write_all(b"y").expect("write");
+        b
+    });
+    assert_ne!(poll_in(ep, -1) & libc::POLLIN, 0);
+    assert_eq!(ep_wait(ep, 0), vec![(libc::EPOLLIN as u32, 7)]);
+    (&a).read_exact(&mut one).expect("read");
+    assert_eq!(&one, b"y");
+    let _b = t.join().expect("writer");
+    println!("ok=epoll-in-poll");
+}
+
+#[test]
+fn an_epoll_set_watched_by_poll_wakes_on_data() {
+    let s = Scratch::new("epollpoll");
+    let mut c = s.cmd(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("PRELOAD_ROLE", "epoll_watched_by_poll");
+    let out = c.output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ok=epoll-in-poll"),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        s.stats().values().map(|v| v.0).sum::<u64>() >= 2,
+        "no bytes through rings"
+    );
+}
+
+/// Raises the descriptor limit so that descriptors above 65535 exist.
+fn raise_nofile(to: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: to,
+        rlim_max: to,
+    };
+    // SAFETY: a valid rlimit; the test runs as a user allowed to raise it, or fails here.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
+
+/// Moves descriptor `fd` to `to` (closing `fd`).
+fn move_fd(fd: i32, to: i32) {
+    // SAFETY: plain system calls on our descriptors.
+    unsafe {
+        assert_eq!(libc::dup2(fd, to), to, "dup2");
+        libc::close(fd);
+    }
+}
+
+/// A socket created, moved above 65535 before it connects, and a connection duplicated
+/// there: both stay VMMC connections.
+fn high_descriptors() {
+    raise_nofile(200_000);
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || l.accept().expect("accept").0);
+    // SAFETY: a plain socket call.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    assert!(s >= 0);
+    let high = 70_000;
+    move_fd(s, high);
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a valid sockaddr_in of its size.
+    let rc = unsafe {
+        libc::connect(
+            high,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+    let mut b = t.join().expect("accept thread");
+    // SAFETY: writing from a valid buffer.
+    assert_eq!(unsafe { libc::write(high, b"high".as_ptr().cast(), 4) }, 4);
+    let mut got = [0u8; 4];
+    b.read_exact(&mut got).expect("read");
+    assert_eq!(&got, b"high");
+    // The accepted end, moved up too.
+    let higher = 150_000;
+    // SAFETY: duplicating our descriptor.
+    assert_eq!(unsafe { libc::dup2(b.as_raw_fd(), higher) }, higher);
+    drop(b);
+    // SAFETY: writing from a valid buffer.
+    let wrote = unsafe { libc::write(higher, b"back".as_ptr().cast(), 4) };
+    assert_eq!(wrote, 4);
+    // SAFETY: reading into a valid buffer.
+    assert_eq!(unsafe { libc::read(high, got.as_mut_ptr().cast(), 4) }, 4);
+    assert_eq!(&got, b"back");
+    // SAFETY: closing our descriptors.
+    unsafe {
+        libc::close(higher);
+        libc::close(high);
+    }
+    println!("ok=high");
+}
+
+#[test]
+#[ignore = "needs an RLIMIT_NOFILE hard limit above 150000 (raise it, or CAP_SYS_RESOURCE); the table itself is tested by the library's unit test"]
+fn descriptors_above_65535_are_vmmc_connections() {
+    let s = Scratch::new("highfd");
+    let mut c = s.cmd(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("PRELOAD_ROLE", "high_descriptors");
+    let out = c.output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ok=high"),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = s.stats();
+    assert!(
+        st.values().map(|v| v.0).sum::<u64>() >= 8,
+        "the bytes did not go through the rings: {st:?}"
+    );
 }
 
 #[test]
@@ -1058,6 +1210,11 @@ fn exec_holder() {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
+    if how == "execl" || how == "execlp" {
+        // These take the process's environment.
+        std::env::set_var("PRELOAD_ROLE", "exec_child");
+        std::env::set_var("PRELOAD_ARG", &child_arg);
+    }
     let pid = if how == "spawn" {
         let mut pid = 0;
         // SAFETY: null-terminated arrays of C strings that outlive the call; no file
@@ -1079,9 +1236,17 @@ fn exec_holder() {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork");
         if pid == 0 {
-            // SAFETY: null-terminated arrays of C strings that outlive the call.
+            let (e, a) = (exe.as_ptr(), |i: usize| args[i].as_ptr());
+            let null = std::ptr::null::<libc::c_char>();
+            // SAFETY: null-terminated arrays and lists of C strings that outlive the call.
             unsafe {
-                libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                match how.as_str() {
+                    // The variadic forms, which the library defines in C.
+                    "execl" => libc::execl(e, e, a(0), a(1), a(2), a(3), null),
+                    "execlp" => libc::execlp(e, e, a(0), a(1), a(2), a(3), null),
+                    "execle" => libc::execle(e, e, a(0), a(1), a(2), a(3), null, envp.as_ptr()),
+                    _ => libc::execve(e, argv.as_ptr(), envp.as_ptr()),
+                };
                 libc::_exit(127);
             }
         }
@@ -1122,6 +1287,13 @@ fn a_connection_survives_posix_spawn() {
 #[test]
 fn a_duplicated_connection_survives_exec_as_one() {
     inherited_by_a_new_image("execdup", "dup");
+}
+
+#[test]
+fn a_connection_survives_the_variadic_execs() {
+    for how in ["execl", "execlp", "execle"] {
+        inherited_by_a_new_image(how, how);
+    }
 }
 
 /// exec_holder starts a new image (by fork and exec, or posix_spawn) that adopts its
