@@ -1,0 +1,399 @@
+//! # apps: the applications of seed 001 Table 1
+//!
+//! Each application is written against our libraries only (the VMMC API, NX), never against a
+//! transport, so it runs wherever they do: `vmmc-run -n N` on shared memory, `vmmc-run -n N
+//! --transport sim` on the simulated SHRIMP. Each has an automatic-update (AU) and a
+//! deliberate-update (DU) version, checks its own result and reports one JSON line.
+//!
+//! | application | library | AU version | DU version | Table 1 problem |
+//! |---|---|---|---|---|
+//! | `radix-vmmc` | vmmc | keys stored straight into the remote arrays through [`vmmc::AutoUpdateBinding`]s | keys gathered per destination into one large [`vmmc::Proxy::send`], scattered by the receiver | 2M keys, 3 passes |
+//! | `ocean-nx` | nx | `NX_SMALL=au` | `NX_SMALL=du` | 514 x 514 grid |
+//! | `barnes-nx` | nx | `NX_SMALL=au` | `NX_SMALL=du` | 4K bodies, 20 iterations |
+//! | `barnes-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 16K bodies, 4 steps |
+//! | `ocean-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 130 x 130 grid |
+//! | `radix-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 2M keys, 3 passes |
+//!
+//! The SVM versions are the protocols of seed 001 §4.2 (see [`svm_common`]): `--version au`
+//! runs AURC, `--version du` HLRC, and `--protocol hlrc-au` (with `--version au`) the third
+//! implementation of Figure 4. Their reports carry the protocol's statistics of the timed
+//! phase, of every node and their sum ([`svm::RunStats`]), as `svm`.
+//!
+//! ## Running one
+//!
+//! One binary, `shrimp`, lists the applications, runs one as a job, and is also the program
+//! of every rank:
+//!
+//! ```sh
+//! cargo build --release -p apps -p vmmc-run
+//! target/release/shrimp list
+//! target/release/shrimp run radix-vmmc -n 4                      # shm, AU, Table 1's size
+//! target/release/shrimp run ocean-nx -n 16 --transport sim --version du --size test
+//! target/release/shrimp overhead radix-vmmc                      # 1 node vs plain sequential
+//! target/release/shrimp table1                                   # sim, 1 node, beside Table 1
+//! ```
+//!
+//! `shrimp run` starts `vmmc-run -n N --transport T -- shrimp rank APP ...` (the `vmmc-run`
+//! found next to `shrimp`), prints what the ranks print, and appends the report to
+//! `apps-results/APP.jsonl` (`--out FILE` elsewhere). On sim it points `VMMC_SIM_STATS` at a
+//! file and folds the interface's statistics into the report. The rank program can also be
+//! started by hand: `vmmc-run -n 4 -- shrimp rank radix-vmmc --size test`.
+//!
+//! A run whose result check fails prints `RESULT CHECK FAILED` with what differed and exits
+//! with status 1; no time is reported for it. `--inject-fault` corrupts the result on
+//! purpose before the check (for the tests that prove the check works).
+//!
+//! ## Measuring
+//!
+//! `shrimp overhead APP` runs, alternately in one process, the plain sequential code (the
+//! kernel alone, no communication library) and each version on a 1-node shm job, and prints
+//! the medians and the best runs of their timed phases: the library's cost on one node.
+//! `shrimp table1` runs each application at Table 1's size on the simulated SHRIMP on Table 1's
+//! nodes (one; two for Ocean-NX, which Table 1 times on two) and prints the virtual time beside
+//! Table 1's sequential time, with their ratio. Reports accumulate in `apps-results/`.
+//!
+//! ## Limits
+//!
+//! - Ocean needs at least one grid row per node (`--grid 18`, the test size, runs on up to 16).
+//! - Barnes-NX splits the bodies in equal blocks by index, not SPLASH-2's costzones, and its
+//!   cells carry monopoles only (hence `theta` 0.7 rather than SPLASH-2's 1.0).
+//! - Ocean is one layer (barotropic), not SPLASH-2's two-layer model; the trailing "1" of
+//!   Table 1's "514 x 514, 1" is read as one time step.
+//! - Barnes-SVM shares the bodies, not the tree: each node builds the octree itself from
+//!   the shared positions (see [`barnes_svm`]), so it lacks SPLASH-2's lock traffic and cell
+//!   write-sharing. Table 1 gives no step count for it: 4 steps (SPLASH-2's default input).
+//! - The SVM applications' virtual times on sim vary from run to run by several per cent
+//!   (svm's notification handler runs outside the simulator's schedule).
+//!
+//! ## Adding an application
+//!
+//! The algorithms live in [`kernels`] (sequential code with no communication: Radix's
+//! passes, Ocean's multigrid, Barnes-Hut's octree and forces); a library version is a module
+//! that distributes a kernel over its library ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`],
+//! [`barnes_svm`], [`ocean_svm`], [`radix_svm`]). A new version is a new module plus one
+//! entry in [`APPS`].
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod barnes_nx;
+pub mod barnes_svm;
+pub mod coll;
+pub mod kernels;
+pub mod ocean_nx;
+pub mod ocean_svm;
+pub mod radix_svm;
+pub mod radix_vmmc;
+pub mod report;
+pub mod svm_common;
+
+pub use report::Report;
+
+use serde::Serialize;
+
+fn parse_protocol(s: &str) -> Result<svm::Protocol, String> {
+    s.parse().map_err(|e: svm::Error| e.to_string())
+}
+
+/// Which communication mechanism a version uses for its data (seed 001 §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Version {
+    /// Automatic update.
+    Au,
+    /// Deliberate update.
+    Du,
+}
+
+impl Version {
+    /// "AU" or "DU".
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::Au => "AU",
+            Version::Du => "DU",
+        }
+    }
+}
+
+/// Problem size preset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Size {
+    /// Table 1's problem.
+    Paper,
+    /// A tiny problem for tests and CI.
+    Test,
+}
+
+/// The parameters of a run: the version, the size preset, and every problem parameter
+/// (unset ones come from the preset).
+#[derive(Clone, Debug, clap::Args, Serialize)]
+pub struct Params {
+    /// The version: automatic or deliberate update.
+    #[arg(long, value_enum, default_value = "au")]
+    pub version: Version,
+    /// Problem size preset.
+    #[arg(long, value_enum, default_value = "paper")]
+    pub size: Size,
+    /// Seed of the input generator.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Radix: number of keys.
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Radix: bits per digit.
+    #[arg(long)]
+    pub radix_bits: Option<u32>,
+    /// Radix: bits per key (passes = key_bits / radix_bits, rounded up).
+    #[arg(long)]
+    pub key_bits: Option<u32>,
+    /// Radix AU version: combine consecutive stores into one packet.
+    #[arg(long)]
+    pub combining: Option<bool>,
+    /// Ocean: grid side including the boundary (interior + 2; the interior a power of two).
+    #[arg(long)]
+    pub grid: Option<usize>,
+    /// Ocean: time steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Ocean: multigrid stopping tolerance (relative residual norm).
+    #[arg(long)]
+    pub tolerance: Option<f64>,
+    /// Barnes: number of bodies.
+    #[arg(long)]
+    pub bodies: Option<usize>,
+    /// Barnes: time steps.
+    #[arg(long)]
+    pub iterations: Option<usize>,
+    /// Barnes: opening criterion.
+    #[arg(long)]
+    pub theta: Option<f64>,
+    /// Barnes: time step.
+    #[arg(long)]
+    pub dt: Option<f64>,
+    /// Barnes: softening length.
+    #[arg(long)]
+    pub eps: Option<f64>,
+    /// SVM applications: the protocol (hlrc, hlrc-au, aurc). By default AURC for `--version
+    /// au`, HLRC for `--version du`; HLRC-AU is `--version au --protocol hlrc-au`.
+    #[arg(long, value_parser = parse_protocol)]
+    pub protocol: Option<svm::Protocol>,
+    /// Test only: corrupt the result before the check, which must then fail.
+    #[arg(long)]
+    pub inject_fault: bool,
+}
+
+impl Params {
+    /// The defaults (Table 1's size, AU), as if no option were given.
+    pub fn new(version: Version, size: Size) -> Params {
+        Params {
+            version,
+            size,
+            seed: None,
+            keys: None,
+            radix_bits: None,
+            key_bits: None,
+            combining: None,
+            grid: None,
+            steps: None,
+            tolerance: None,
+            bodies: None,
+            iterations: None,
+            theta: None,
+            dt: None,
+            eps: None,
+            protocol: None,
+            inject_fault: false,
+        }
+    }
+}
+
+/// What a node's communication did (summed over nodes in the report).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Messages sent (deliberate updates, NX messages).
+    pub messages: u64,
+    /// Bytes sent (messages and automatic-update stores).
+    pub bytes: u64,
+    /// Words stored through automatic-update bindings.
+    pub au_words: u64,
+}
+
+impl Stats {
+    /// As words for a reduction.
+    pub fn to_words(self) -> [u64; 3] {
+        [self.messages, self.bytes, self.au_words]
+    }
+    /// From [`Stats::to_words`].
+    pub fn from_words(w: &[u64]) -> Stats {
+        Stats {
+            messages: w[0],
+            bytes: w[1],
+            au_words: w[2],
+        }
+    }
+    /// The sum.
+    pub fn plus(self, o: Stats) -> Stats {
+        Stats {
+            messages: self.messages + o.messages,
+            bytes: self.bytes + o.bytes,
+            au_words: self.au_words + o.au_words,
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The result differs from what it must be: the run's time is worthless.
+    #[error("{app}: RESULT CHECK FAILED: {what}")]
+    CheckFailed {
+        /// The application.
+        app: &'static str,
+        /// What differed.
+        what: String,
+    },
+    /// A bad parameter.
+    #[error("{0}")]
+    Usage(String),
+    /// The VMMC layer failed.
+    #[error("vmmc: {0}")]
+    Vmmc(#[from] vmmc::Error),
+    /// NX failed.
+    #[error("nx: {0}")]
+    Nx(#[from] nx::NxError),
+    /// Shared virtual memory failed.
+    #[error("svm: {0}")]
+    Svm(#[from] svm::Error),
+    /// Communication inside a kernel failed.
+    #[error("{0}")]
+    Comm(String),
+}
+
+/// A result of an application.
+pub type AppResult<T> = std::result::Result<T, AppError>;
+
+/// What a node's run of an application hands back: rank 0's report, `None` elsewhere.
+pub type RunFn = fn(&vmmc::Endpoint, &Params) -> AppResult<Option<Report>>;
+
+/// The plain sequential run (no communication library) of the same algorithm: the time of
+/// its timed phase in ns, after its own check.
+pub type SeqFn = fn(&Params) -> AppResult<u64>;
+
+/// An application of Table 1.
+pub struct App {
+    /// The name used on the command line.
+    pub name: &'static str,
+    /// The communication library.
+    pub library: &'static str,
+    /// One line on what it does.
+    pub about: &'static str,
+    /// Table 1's problem size.
+    pub table1_size: &'static str,
+    /// Table 1's sequential time in seconds.
+    pub table1_seq_s: f64,
+    /// Nodes of Table 1's time (Ocean-NX's is a 2-node time).
+    pub table1_nodes: usize,
+    /// Runs the application on one node of a job.
+    pub run: RunFn,
+    /// The plain sequential implementation.
+    pub sequential: SeqFn,
+}
+
+/// The applications, in Table 1's order.
+pub const APPS: &[App] = &[
+    App {
+        name: "barnes-svm",
+        library: "svm",
+        about:
+            "Barnes-Hut N-body simulation with the bodies in shared memory (AURC/HLRC-AU vs HLRC)",
+        table1_size: "16K bodies",
+        table1_seq_s: 121.3,
+        table1_nodes: 1,
+        run: barnes_svm::run,
+        sequential: barnes_svm::sequential,
+    },
+    App {
+        name: "ocean-svm",
+        library: "svm",
+        about: "multigrid ocean circulation on row blocks of shared grids (AURC/HLRC-AU vs HLRC)",
+        table1_size: "130 x 130",
+        table1_seq_s: 12.8,
+        table1_nodes: 1,
+        run: ocean_svm::run,
+        sequential: ocean_svm::sequential,
+    },
+    App {
+        name: "radix-svm",
+        library: "svm",
+        about: "SPLASH-2 integer radix sort on shared virtual memory (AURC/HLRC-AU vs HLRC)",
+        table1_size: "2M keys, 3 iters",
+        table1_seq_s: 14.3,
+        table1_nodes: 1,
+        run: radix_svm::run,
+        sequential: radix_svm::sequential,
+    },
+    App {
+        name: "radix-vmmc",
+        library: "vmmc",
+        about: "SPLASH-2 integer radix sort on the VMMC API",
+        table1_size: "2M keys, 3 iters",
+        table1_seq_s: 10.9,
+        table1_nodes: 1,
+        run: radix_vmmc::run,
+        sequential: radix_vmmc::sequential,
+    },
+    App {
+        name: "barnes-nx",
+        library: "nx",
+        about: "Barnes-Hut N-body simulation (Plummer model) on NX",
+        table1_size: "4K bodies, 20 iters",
+        table1_seq_s: 149.9,
+        table1_nodes: 1,
+        run: barnes_nx::run,
+        sequential: barnes_nx::sequential,
+    },
+    App {
+        name: "ocean-nx",
+        library: "nx",
+        about: "multigrid ocean circulation on a row-partitioned grid on NX",
+        table1_size: "514 x 514",
+        table1_seq_s: 69.2,
+        table1_nodes: 2,
+        run: ocean_nx::run,
+        sequential: ocean_nx::sequential,
+    },
+];
+
+/// The application called `name`.
+pub fn app(name: &str) -> Option<&'static App> {
+    APPS.iter().find(|a| a.name == name)
+}
+
+/// Runs `app` as this process's program under `vmmc_run::run` (once per process on shm,
+/// once per node-thread on sim). Returns rank 0's report.
+pub fn run_job(app: &'static App, params: &Params) -> AppResult<Option<Report>> {
+    let report = std::sync::Mutex::new(None);
+    let failure = std::sync::Mutex::new(None::<AppError>);
+    let r = vmmc_run::run(|ep| match (app.run)(&ep, params) {
+        Ok(rep) => {
+            if rep.is_some() {
+                *report.lock().unwrap_or_else(|e| e.into_inner()) = rep;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let mut f = failure.lock().unwrap_or_else(|e| e.into_inner());
+            // A check failure is the story; a peer lost after it is its echo.
+            if f.is_none() || matches!(e, AppError::CheckFailed { .. }) {
+                *f = Some(e);
+            }
+            Err(vmmc::Error::Protocol(msg))
+        }
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    r?;
+    Ok(report.into_inner().unwrap_or_else(|e| e.into_inner()))
+}

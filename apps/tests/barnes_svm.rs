@@ -1,0 +1,40 @@
+//! Barnes-SVM at test size, both versions (AURC and HLRC) and HLRC-AU: 1, 2 and 4 processes
+//! over shm, 4 and 16 nodes on the simulated SHRIMP; and a corrupted result is caught.
+
+mod common;
+
+#[test]
+fn barnes_svm_on_shm() {
+    for nodes in [1, 2, 4] {
+        for v in ["au", "du"] {
+            common::svm_ok("barnes-svm", nodes, "shm", v);
+        }
+    }
+}
+
+#[test]
+fn barnes_svm_on_sim() {
+    for nodes in [4, 16] {
+        for v in ["au", "du"] {
+            let r = common::svm_ok("barnes-svm", nodes, "sim", v);
+            // Every node reads the others' bodies from their homes.
+            assert!(r["svm"]["total"]["page_fetches"].as_u64() > Some(0), "{r}");
+        }
+    }
+}
+
+#[test]
+fn barnes_svm_hlrc_au() {
+    let o = common::shrimp("barnes-svm", 3, "shm", "au", &["--protocol", "hlrc-au"]);
+    assert!(o.status.success(), "{}", o.report());
+    assert!(
+        o.stdout.contains("\"protocol\":\"hlrc-au\""),
+        "{}",
+        o.report()
+    );
+}
+
+#[test]
+fn barnes_svm_corruption_is_caught() {
+    common::caught("barnes-svm", 2, "shm");
+}

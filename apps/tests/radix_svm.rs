@@ -1,0 +1,45 @@
+//! Radix-SVM at test size, both versions (AURC and HLRC) and HLRC-AU: 1, 2 and 4 processes
+//! over shm, 4 and 16 nodes on the simulated SHRIMP; and a corrupted result is caught.
+
+mod common;
+
+#[test]
+fn radix_svm_on_shm() {
+    for nodes in [1, 2, 4] {
+        for v in ["au", "du"] {
+            common::svm_ok("radix-svm", nodes, "shm", v);
+        }
+    }
+}
+
+#[test]
+fn radix_svm_on_sim() {
+    for nodes in [4, 16] {
+        for v in ["au", "du"] {
+            let r = common::svm_ok("radix-svm", nodes, "sim", v);
+            // The scattered writes share pages: HLRC diffs them, AURC stores through.
+            let t = &r["svm"]["total"];
+            if v == "du" {
+                assert!(t["diffs_created"].as_u64() > Some(0), "{r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn radix_svm_hlrc_au() {
+    let o = common::shrimp("radix-svm", 4, "shm", "au", &["--protocol", "hlrc-au"]);
+    assert!(o.status.success(), "{}", o.report());
+    assert!(
+        o.stdout.contains("\"protocol\":\"hlrc-au\""),
+        "{}",
+        o.report()
+    );
+    let o = common::shrimp("radix-svm", 3, "shm", "du", &["--keys", "1001"]);
+    assert!(o.status.success(), "{}", o.report());
+}
+
+#[test]
+fn radix_svm_corruption_is_caught() {
+    common::caught("radix-svm", 2, "shm");
+}
