@@ -113,9 +113,10 @@ pub(crate) struct Node {
     pub main: Main,
     pending_charge: Time,
     epoch: u64,
-    /// `epoch` when the node's main thread last left a library call: a poller whose epoch
+    /// `epoch` when the node's main thread last returned from a wait: a poller whose epoch
     /// moved since then has something new to look at and must not wait for the next packet
-    /// (a packet delivered while the node was ready or detached would otherwise be missed).
+    /// (a packet delivered while the node was ready or detached, or while a call in between
+    /// gave up the turn, would otherwise be missed).
     seen_epoch: u64,
     pub exports: HashMap<BufId, Export>,
     ipt: HashMap<u64, IptEntry>,
@@ -378,12 +379,8 @@ impl Machine {
     pub fn leave(&self, mut st: Guard<'_>, caller: Caller) {
         match caller {
             Caller::Main => {
-                if let Some((id, node)) = MAIN_OF.with(|c| c.get()) {
-                    if id == self.id {
-                        let nd = &mut st.nodes[node];
-                        nd.seen_epoch = nd.epoch;
-                    }
-                }
+                // `seen_epoch` moves only when a wait returns: a call that gave up the turn
+                // may have let packets in that the program has not looked at yet.
                 drop(st);
                 CPU_MARK.with(|c| c.set(thread_cpu_ns()));
             }
@@ -578,6 +575,8 @@ impl Machine {
                 st = self.wait_grant(st, node);
                 let nd = &mut st.nodes[node];
                 nd.stats.blocked_ns += nd.clock.saturating_sub(before);
+                // The program looks after this: what arrives later wakes its next wait.
+                nd.seen_epoch = nd.epoch;
                 st
             }
             Caller::Aux { granted } => {
