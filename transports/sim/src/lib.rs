@@ -47,6 +47,23 @@
 //! 6 us belongs to the later 16-node system. The parameter file marks which values the seeds
 //! state, which were fitted to these figures, and which are estimates.
 //!
+//! ## A present-day machine
+//! A second file, `params/modern.toml` ([`params::MODERN_PARAMS`]), puts the same model on
+//! today's hardware: a current x86 server with an NVIDIA ConnectX-6 HDR InfiniBand adapter
+//! (200 Gb/s, PCIe 4.0 x16) and one Quantum HDR switch. Select it with
+//! `VMMC_SIM_PARAMS=transports/sim/params/modern.toml`. Deliberate update stands for an RDMA
+//! write posted at user level (the work request written to the NIC, then a DMA read of the
+//! payload over PCIe); automatic update, which has no modern equivalent, for write-combined
+//! stores to a NIC window, packed by the NIC into packets; interrupts for MSI-X and a Linux
+//! wake-up. `cpu.compute_scale` is 1: the host core is the modelled CPU. Every value names a
+//! data sheet, a vendor document or a paper with measurements, or is marked an estimate with
+//! its reasoning; none is fitted to a modern end-to-end figure. The ping-pong (two nodes, one
+//! switch hop) gives a one-word latency of 0.95 us for AU and 1.58 us for DU, and 24 GB/s for
+//! 1 MB DU messages, against NVIDIA's "sub-600ns" adapter latency plus 130 ns for the switch,
+//! and the 25 GB/s of the 200 Gb/s link (`tests/modern_params.rs` checks 1-2 us and
+//! 12-25 GB/s). A transfer is split at the file's 2 MB pages, not at 4 KB: a NIC translates
+//! pages itself and needs one work request per message, not one per page.
+//!
 //! ## What is modelled
 //! - **Pages and tables.** Exports pin pages and enable them in the receiver's incoming page
 //!   table (IPT), with the interrupt bit set when the buffer has a handler; imports fill the

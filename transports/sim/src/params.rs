@@ -1,10 +1,16 @@
-//! The parameter file (`params/shrimp.toml`, embedded as the default) and its overrides.
+//! The parameter file (`params/shrimp.toml`, embedded as the default; `params/modern.toml`, a
+//! present-day machine, embedded beside it) and its overrides.
 
 use serde::{Deserialize, Serialize};
 use vmmc::{Error, Result};
 
 /// The default parameter file, with the source of every value.
 pub const DEFAULT_PARAMS: &str = include_str!("../params/shrimp.toml");
+
+/// The present-day parameter file (`params/modern.toml`: a ConnectX-6 HDR InfiniBand adapter
+/// on PCIe 4.0 and one switch), with the source of every value; for [`Params::parse`], or
+/// selected by path through [`PARAMS_VAR`].
+pub const MODERN_PARAMS: &str = include_str!("../params/modern.toml");
 
 /// Environment variable naming a parameter file that replaces the default.
 pub const PARAMS_VAR: &str = "VMMC_SIM_PARAMS";
