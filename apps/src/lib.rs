@@ -78,9 +78,11 @@
 pub mod barnes_nx;
 pub mod barnes_svm;
 pub mod coll;
+pub mod job;
 pub mod kernels;
 pub mod ocean_nx;
 pub mod ocean_svm;
+pub mod paper;
 pub mod radix_svm;
 pub mod radix_vmmc;
 pub mod report;
@@ -95,7 +97,7 @@ fn parse_protocol(s: &str) -> Result<svm::Protocol, String> {
 }
 
 /// Which communication mechanism a version uses for its data (seed 001 §4.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Version {
     /// Automatic update.

@@ -1,12 +1,13 @@
 //! `shrimp`: lists the applications of seed 001 Table 1, runs one as a job, and is the program
 //! of each of its ranks. See the `apps` crate docs.
 
+use apps::job::Job;
 use apps::report::REPORT_PREFIX;
 use apps::{app, run_job, App, Params, Report, Size, Version, APPS};
 use clap::{Parser, Subcommand};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +70,34 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "paper")]
         size: Size,
     },
+    /// Seed 001's experiments on the simulated SHRIMP, beside the paper's figures (Figures 3
+    /// and 4, Tables 2-4, combining, FIFO, DU queue): tables, JSON and SVG figures.
+    Paper {
+        /// The test sizes and 4 nodes for the large runs (for CI).
+        #[arg(long)]
+        quick: bool,
+        /// Only these experiments (comma-separated: fig3, fig4-svm, fig4-vmmc-nx, table2,
+        /// table3, table4, combining, fifo, du-queue).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Output directory for paper.json, paper.md and the figures.
+        #[arg(long, default_value = "apps-results/paper")]
+        out: PathBuf,
+        /// Runs of each configuration (the median is kept).
+        #[arg(long, default_value_t = 1)]
+        reps: usize,
+        /// Also the same comparisons on this host over shared memory.
+        #[arg(long)]
+        shm: bool,
+        /// Also Figure 4 and Tables 2-4 on a present-day machine (the sim crate's
+        /// params/modern.toml).
+        #[arg(long)]
+        modern: bool,
+        /// The present-day machine's parameter file, instead of params/modern.toml
+        /// (implies --modern).
+        #[arg(long)]
+        modern_params: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -115,6 +144,35 @@ fn main() -> ExitCode {
             version,
             size,
         } => table1(&apps, version, size),
+        Cmd::Paper {
+            quick,
+            only,
+            out,
+            reps,
+            shm,
+            modern,
+            modern_params,
+        } => std::env::current_exe()
+            .map_err(|e| format!("current_exe: {e}"))
+            .and_then(|exe| {
+                let o = apps::paper::Options {
+                    quick,
+                    only,
+                    out,
+                    reps,
+                    shm,
+                    modern: modern_params.or(modern.then(PathBuf::new)),
+                    exe,
+                };
+                let outcome = apps::paper::run(&o)?;
+                println!("{}", outcome.markdown());
+                println!(
+                    "wrote {} and {}",
+                    o.out.join("paper.json").display(),
+                    o.out.join("paper.md").display()
+                );
+                Ok(())
+            }),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -148,108 +206,18 @@ fn save(path: &Path, rep: &Report) -> Result<(), String> {
     writeln!(f, "{}", rep.json()).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
-/// The command-line form of `p`, for the ranks.
-fn param_args(p: &Params) -> Vec<String> {
-    let mut a = vec![
-        "--version".to_string(),
-        p.version.name().to_lowercase(),
-        "--size".into(),
-        format!("{:?}", p.size).to_lowercase(),
-    ];
-    let mut opt = |name: &str, v: Option<String>| {
-        if let Some(v) = v {
-            a.push(format!("--{name}"));
-            a.push(v);
-        }
-    };
-    opt("seed", p.seed.map(|v| v.to_string()));
-    opt("keys", p.keys.map(|v| v.to_string()));
-    opt("radix-bits", p.radix_bits.map(|v| v.to_string()));
-    opt("key-bits", p.key_bits.map(|v| v.to_string()));
-    opt("combining", p.combining.map(|v| v.to_string()));
-    opt("grid", p.grid.map(|v| v.to_string()));
-    opt("steps", p.steps.map(|v| v.to_string()));
-    opt("tolerance", p.tolerance.map(|v| v.to_string()));
-    opt("bodies", p.bodies.map(|v| v.to_string()));
-    opt("iterations", p.iterations.map(|v| v.to_string()));
-    opt("theta", p.theta.map(|v| v.to_string()));
-    opt("dt", p.dt.map(|v| v.to_string()));
-    opt("eps", p.eps.map(|v| v.to_string()));
-    opt("protocol", p.protocol.map(|v| v.name().to_string()));
-    if p.inject_fault {
-        a.push("--inject-fault".into());
-    }
-    a
-}
-
-/// `vmmc-run` next to this executable.
-fn launcher() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let l = exe.with_file_name("vmmc-run");
-    if l.exists() {
-        Ok(l)
-    } else {
-        Err(format!(
-            "{} not found: build it beside shrimp (cargo build -p vmmc-run, same profile)",
-            l.display()
-        ))
-    }
-}
-
-/// Runs `a` as a job and returns its report (with the simulator's statistics on sim).
+/// Runs `a` as a job, echoing what its ranks print, and returns its report.
 fn launch(a: &App, nodes: usize, transport: &str, params: &Params) -> Result<Report, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut cmd = Command::new(launcher()?);
-    cmd.args(["-n", &nodes.to_string(), "--transport", transport, "--"])
-        .arg(&exe)
-        .args(["rank", a.name])
-        .args(param_args(params))
-        .stdout(Stdio::piped());
-    let mut stats_file = None;
-    if transport == "sim" {
-        let path = match std::env::var_os(vmmc_run::SIM_STATS_VAR) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => {
-                let p = std::env::temp_dir()
-                    .join(format!("shrimp-sim-stats-{}.json", std::process::id()));
-                cmd.env(vmmc_run::SIM_STATS_VAR, &p);
-                p
-            }
-        };
-        let _ = std::fs::remove_file(&path);
-        stats_file = Some(path);
+    Job {
+        app: a,
+        nodes,
+        transport,
+        params,
+        env: Vec::new(),
+        echo: true,
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
-    let mut report = None;
-    for line in BufReader::new(child.stdout.take().expect("piped stdout")).lines() {
-        let line = line.map_err(|e| format!("reading the job's output: {e}"))?;
-        match line.strip_prefix(REPORT_PREFIX) {
-            Some(json) => {
-                report = Some(
-                    serde_json::from_str::<Report>(json)
-                        .map_err(|e| format!("a malformed report ({e}): {json}"))?,
-                )
-            }
-            None => println!("{line}"),
-        }
-    }
-    let status = child.wait().map_err(|e| format!("wait for the job: {e}"))?;
-    if !status.success() {
-        return Err(format!(
-            "{} on {nodes} x {transport} failed ({status}): no time is reported",
-            a.name
-        ));
-    }
-    let mut rep = report.ok_or_else(|| format!("{} printed no report", a.name))?;
-    if let Some(p) = stats_file {
-        rep.add_sim_stats(&p);
-        if std::env::var_os(vmmc_run::SIM_STATS_VAR).is_none() {
-            let _ = std::fs::remove_file(&p);
-        }
-    }
-    Ok(rep)
+    .run(&exe)
 }
 
 fn median(mut v: Vec<u64>) -> u64 {

@@ -7,6 +7,18 @@ use vmmc_run::testing::{launcher, output_within, Output};
 
 /// `shrimp run app -n nodes --transport transport --version version --size test extra...`.
 pub fn shrimp(app: &str, nodes: usize, transport: &str, version: &str, extra: &[&str]) -> Output {
+    shrimp_env(app, nodes, transport, version, extra, &[])
+}
+
+/// [`shrimp`] with more environment for the job.
+pub fn shrimp_env(
+    app: &str,
+    nodes: usize,
+    transport: &str,
+    version: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     // `shrimp` starts the `vmmc-run` beside it: build it in this profile.
     launcher();
     let out = out_file(app, nodes, transport, version);
@@ -21,7 +33,8 @@ pub fn shrimp(app: &str, nodes: usize, transport: &str, version: &str, extra: &[
     ])
     .args(["--version", version, "--size", "test", "--out"])
     .arg(&out)
-    .args(extra);
+    .args(extra)
+    .envs(env.iter().copied());
     let o = output_within(&mut cmd, Duration::from_secs(120));
     let _ = std::fs::remove_file(&out);
     o
