@@ -175,6 +175,21 @@ fn param_args(p: &Params) -> Vec<String> {
     opt("theta", p.theta.map(|v| v.to_string()));
     opt("dt", p.dt.map(|v| v.to_string()));
     opt("eps", p.eps.map(|v| v.to_string()));
+    let dims = |d: &[usize]| {
+        d.iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    };
+    opt("volume", p.volume.map(|v| dims(&v)));
+    opt("image-size", p.image_size.map(|v| dims(&v)));
+    opt("tile", p.tile.map(|v| dims(&v)));
+    opt("azimuth", p.azimuth.map(|v| v.to_string()));
+    opt("elevation", p.elevation.map(|v| v.to_string()));
+    opt("fov", p.fov.map(|v| v.to_string()));
+    opt("step", p.step.map(|v| v.to_string()));
+    opt("in-flight", p.in_flight.map(|v| v.to_string()));
+    opt("image", p.image.as_ref().map(|v| v.display().to_string()));
     opt("protocol", p.protocol.map(|v| v.name().to_string()));
     if p.inject_fault {
         a.push("--inject-fault".into());
