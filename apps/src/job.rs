@@ -29,7 +29,14 @@ pub fn param_args(p: &Params) -> Vec<String> {
                 continue;
             }
             ("protocol", _) => p.protocol.map(|x| x.name().to_string()).unwrap_or_default(),
-            (_, serde_json::Value::String(s)) => s.to_lowercase(),
+            ("version" | "size", serde_json::Value::String(s)) => s.to_lowercase(),
+            (_, serde_json::Value::String(s)) => s,
+            // Dimensions: `167x63x34`.
+            (_, serde_json::Value::Array(v)) => v
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("x"),
             (_, v) => v.to_string(),
         };
         a.push(flag);
@@ -168,6 +175,8 @@ mod tests {
         p.combining = Some(false);
         p.protocol = Some(svm::Protocol::HlrcAu);
         p.inject_fault = true;
+        p.volume = Some([167, 63, 34]);
+        p.image = Some("/tmp/Render.png".into());
         let a = param_args(&p).join(" ");
         for want in [
             "--version du",
@@ -177,6 +186,8 @@ mod tests {
             "--combining false",
             "--protocol hlrc-au",
             "--inject-fault",
+            "--volume 167x63x34",
+            "--image /tmp/Render.png",
         ] {
             assert!(a.contains(want), "{want:?} missing from {a:?}");
         }

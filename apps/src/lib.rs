@@ -1,9 +1,9 @@
 //! # apps: the applications of seed 001 Table 1
 //!
-//! Each application is written against our libraries only (the VMMC API, NX), never against a
-//! transport, so it runs wherever they do: `vmmc-run -n N` on shared memory, `vmmc-run -n N
-//! --transport sim` on the simulated SHRIMP. Each has an automatic-update (AU) and a
-//! deliberate-update (DU) version, checks its own result and reports one JSON line.
+//! Each application is written against our libraries only (the VMMC API, NX, SVM, sockets),
+//! never against a transport, so it runs wherever they do: `vmmc-run -n N` on shared memory,
+//! `vmmc-run -n N --transport sim` on the simulated SHRIMP. Each has an automatic-update (AU)
+//! and a deliberate-update (DU) version, checks its own result and reports one JSON line.
 //!
 //! | application | library | AU version | DU version | Table 1 problem |
 //! |---|---|---|---|---|
@@ -13,6 +13,7 @@
 //! | `barnes-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 16K bodies, 4 steps |
 //! | `ocean-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 130 x 130 grid |
 //! | `radix-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 2M keys, 3 passes |
+//! | `render-sockets` | sockets | the sockets' AU variant (stores through an AU image of the peer's ring) | one-copy DU variant | 167 x 63 x 34 volume, a 512 x 256 picture |
 //!
 //! The SVM versions are the protocols of seed 001 §4.2 (see [`svm_common`]): `--version au`
 //! runs AURC, `--version du` HLRC, and `--protocol hlrc-au` (with `--version au`) the third
@@ -64,14 +65,23 @@
 //!   write-sharing. Table 1 gives no step count for it: 4 steps (SPLASH-2's default input).
 //! - The SVM applications' virtual times on sim vary from run to run by several per cent
 //!   (svm's notification handler runs outside the simulator's schedule).
+//! - Render-sockets: Table 1 gives only the volume's size, so the data set is a procedural
+//!   fish ([`kernels::render`]) and the picture (512 x 256 in 16 x 16 tiles, the view, one
+//!   sample per voxel) is our choice. With workers the controller renders nothing (it is the
+//!   paper's central task queue), so two nodes are no faster than one. The paper's renderer
+//!   is fault tolerant; ours ends the run when a worker is lost, without re-issuing its tiles.
+//!   The picture is written as a PNG (`--image`, default `apps-results/render.png`).
+//! - On sim, jobs of more than about 40 nodes fail in `import` ("mmap DestSpace"): every
+//!   node's endpoint reserves its DestSpace (4 TiB) in the one process's 128 TiB address
+//!   space, and smaller fall-back spans run out too. Render-sockets is tested to 32.
 //!
 //! ## Adding an application
 //!
 //! The algorithms live in [`kernels`] (sequential code with no communication: Radix's
-//! passes, Ocean's multigrid, Barnes-Hut's octree and forces); a library version is a module
-//! that distributes a kernel over its library ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`],
-//! [`barnes_svm`], [`ocean_svm`], [`radix_svm`]). A new version is a new module plus one
-//! entry in [`APPS`].
+//! passes, Ocean's multigrid, Barnes-Hut's octree and forces, the ray caster); a library
+//! version is a module that distributes a kernel over its library ([`radix_vmmc`],
+//! [`ocean_nx`], [`barnes_nx`], [`barnes_svm`], [`ocean_svm`], [`radix_svm`],
+//! [`render_sockets`]). A new version is a new module plus one entry in [`APPS`].
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -85,6 +95,7 @@ pub mod ocean_svm;
 pub mod paper;
 pub mod radix_svm;
 pub mod radix_vmmc;
+pub mod render_sockets;
 pub mod report;
 pub mod svm_common;
 
@@ -94,6 +105,20 @@ use serde::Serialize;
 
 fn parse_protocol(s: &str) -> Result<svm::Protocol, String> {
     s.parse().map_err(|e: svm::Error| e.to_string())
+}
+
+/// `AxBxC` (or `AxB`, or `A` for a cube or square) as `N` sizes.
+fn parse_dims<const N: usize>(s: &str) -> Result<[usize; N], String> {
+    let parts: Vec<usize> = s
+        .split(['x', 'X'])
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    match parts.len() {
+        1 => Ok([parts[0]; N]),
+        k if k == N => Ok(std::array::from_fn(|i| parts[i])),
+        _ => Err(format!("{s:?}: {N} sizes joined by 'x', or one")),
+    }
 }
 
 /// Which communication mechanism a version uses for its data (seed 001 §4.2).
@@ -175,6 +200,33 @@ pub struct Params {
     /// Barnes: softening length.
     #[arg(long)]
     pub eps: Option<f64>,
+    /// Render: voxels of the data set, `XxYxZ` (Table 1: 167x63x34).
+    #[arg(long, value_parser = parse_dims::<3>)]
+    pub volume: Option<[usize; 3]>,
+    /// Render: picture size in pixels, `WxH`.
+    #[arg(long, value_parser = parse_dims::<2>)]
+    pub image_size: Option<[usize; 2]>,
+    /// Render: tile (task) size in pixels, `WxH` (or `N` for a square).
+    #[arg(long, value_parser = parse_dims::<2>)]
+    pub tile: Option<[usize; 2]>,
+    /// Render: camera azimuth about the vertical axis, in degrees.
+    #[arg(long, allow_negative_numbers = true)]
+    pub azimuth: Option<f64>,
+    /// Render: camera elevation, in degrees.
+    #[arg(long, allow_negative_numbers = true)]
+    pub elevation: Option<f64>,
+    /// Render: horizontal field of view in degrees (0: orthographic).
+    #[arg(long)]
+    pub fov: Option<f64>,
+    /// Render: distance between samples along a ray, in voxels.
+    #[arg(long)]
+    pub step: Option<f64>,
+    /// Render: tiles a worker holds at once.
+    #[arg(long)]
+    pub in_flight: Option<usize>,
+    /// Render: where rank 0 writes the picture, a PNG (default `apps-results/render.png`).
+    #[arg(long)]
+    pub image: Option<std::path::PathBuf>,
     /// SVM applications: the protocol (hlrc, hlrc-au, aurc). By default AURC for `--version
     /// au`, HLRC for `--version du`; HLRC-AU is `--version au --protocol hlrc-au`.
     #[arg(long, value_parser = parse_protocol)]
@@ -203,6 +255,15 @@ impl Params {
             theta: None,
             dt: None,
             eps: None,
+            volume: None,
+            image_size: None,
+            tile: None,
+            azimuth: None,
+            elevation: None,
+            fov: None,
+            step: None,
+            in_flight: None,
+            image: None,
             protocol: None,
             inject_fault: false,
         }
@@ -363,6 +424,16 @@ pub const APPS: &[App] = &[
         table1_nodes: 2,
         run: ocean_nx::run,
         sequential: ocean_nx::sequential,
+    },
+    App {
+        name: "render-sockets",
+        library: "sockets",
+        about: "ray-casting volume renderer: a controller's tile queue, workers on sockets",
+        table1_size: "167 x 63 x 34",
+        table1_seq_s: 13.8,
+        table1_nodes: 1,
+        run: render_sockets::run,
+        sequential: render_sockets::sequential,
     },
 ];
 

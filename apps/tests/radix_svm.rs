@@ -43,3 +43,20 @@ fn radix_svm_hlrc_au() {
 fn radix_svm_corruption_is_caught() {
     common::caught("radix-svm", 2, "shm");
 }
+
+/// Asynchronous protocol sends (`SVM_ASYNC=1`, the DU-queue experiment's setting) keep the
+/// result right on both transports.
+#[test]
+fn radix_svm_async_sends() {
+    for (nodes, transport) in [(2, "shm"), (4, "sim")] {
+        let o = common::shrimp_env(
+            "radix-svm",
+            nodes,
+            transport,
+            "du",
+            &[],
+            &[("SVM_ASYNC", "1")],
+        );
+        assert!(o.status.success(), "{transport}\n{}", o.report());
+    }
+}

@@ -674,7 +674,16 @@ unsafe fn send(dest: *mut c_void, src: *const c_void, nwords: usize, notify: boo
     }
     // SAFETY: non-null, valid for `n` bytes (caller's contract); `n <= isize::MAX`.
     let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), n) };
-    with_ep(|ep| Ok(ep.send_at(dest as usize, data, WriteOpts { notify })?))?;
+    with_ep(|ep| {
+        Ok(ep.send_at(
+            dest as usize,
+            data,
+            WriteOpts {
+                notify,
+                ..Default::default()
+            },
+        )?)
+    })?;
     Ok(0)
 }
 

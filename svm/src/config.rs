@@ -76,6 +76,10 @@ pub struct Config {
     /// where the transport packetizes automatic update itself (the simulated SHRIMP's
     /// snooping hardware), off where single stores propagate at memory speed (shm).
     pub combining: Option<bool>,
+    /// Send the protocol's deliberate updates asynchronously (`SVM_ASYNC=1|0`, default off):
+    /// a send returns once initiated instead of once its data has left memory, as in seed
+    /// 001 §4.5.3's deliberate-update queueing experiment.
+    pub async_sends: bool,
 }
 
 impl Config {
@@ -89,6 +93,7 @@ impl Config {
             flags: 1024,
             notice_area: 4 << 20,
             combining: None,
+            async_sends: false,
         }
     }
 
@@ -151,6 +156,13 @@ impl Config {
         }
         if let Some(v) = var("SVM_NOTICE_AREA") {
             self.notice_area = parse_size("SVM_NOTICE_AREA", &v)?;
+        }
+        if let Some(v) = var("SVM_ASYNC") {
+            self.async_sends = match v.trim() {
+                "1" | "on" | "true" => true,
+                "0" | "off" | "false" => false,
+                other => return Err(Error::Config(format!("SVM_ASYNC={other:?}: 1 or 0"))),
+            };
         }
         if let Some(v) = var("SVM_COMBINING") {
             self.combining = Some(match v.trim() {

@@ -45,7 +45,7 @@
 //!
 //! ## The API
 //! [`Svm::new`] sets the space up (collective; [`Config`] or `SVM_PROTOCOL`, `SVM_SPACE`,
-//! `SVM_PAGE`, `SVM_LOCKS`, `SVM_FLAGS`, `SVM_NOTICE_AREA`, `SVM_COMBINING`).
+//! `SVM_PAGE`, `SVM_LOCKS`, `SVM_FLAGS`, `SVM_NOTICE_AREA`, `SVM_COMBINING`, `SVM_ASYNC`).
 //! [`Svm::alloc`] is SPLASH-2's `G_MALLOC` with a [`Placement`] of the homes. Data is read
 //! and written through a [`View`] of a [`Shared`] array; a view borrows the `Svm` and every
 //! synchronisation call ([`Svm::acquire`], [`Svm::release`], [`Svm::barrier`],

@@ -80,6 +80,11 @@ pub(crate) struct Service {
     /// The transport reads remote memory: a sender can see a receiver's `awake` word and
     /// spare the notification (and its interrupt or wake-up) of a node that polls anyway.
     pub remote_read: bool,
+    /// Deliberate updates go out asynchronously ([`crate::Config::async_sends`]).
+    pub async_sends: bool,
+    /// Those not known to be done: a write into this node's own memory waits for them, so it
+    /// cannot overtake them.
+    pub in_flight: Mutex<Vec<vmmc::AsyncSend>>,
     /// Nesting of the program's calls into the library (the `awake` word is 1 inside).
     pub depth: std::sync::atomic::AtomicU32,
     /// Rung by the notification handler: a program asleep in a wait looks again.
@@ -212,6 +217,13 @@ impl Service {
             ),
         };
         if node == self.me {
+            if self.async_sends {
+                let pending =
+                    std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()));
+                for h in pending {
+                    h.wait()?;
+                }
+            }
             let body = bytes.len() - 4;
             local.write(off, &bytes[..body])?;
             let last = u32::from_ne_bytes(bytes[body..].try_into().expect("word"));
@@ -223,7 +235,18 @@ impl Service {
             vmmc::Error::PeerLost(m) => Error::PeerLost(node, m),
             e => Error::Vmmc(e),
         };
-        p.send(off, bytes).map_err(lost)?;
+        if self.async_sends {
+            // The data is captured now; later transfers to the node stay in order.
+            let mut h = p.send_async(off, bytes.to_vec()).map_err(lost)?;
+            if !matches!(h.status(), Ok(vmmc::AsyncStatus::Done)) {
+                let mut v = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                // Keep only what is still in flight (errors surface at the next wait).
+                v.retain_mut(|h| !matches!(h.status(), Ok(vmmc::AsyncStatus::Done)));
+                v.push(h);
+            }
+        } else {
+            p.send(off, bytes).map_err(lost)?;
+        }
         let ring = match wake {
             Wake::No => false,
             Wake::Reply => self.remote_read,

@@ -249,6 +249,8 @@ impl Svm {
             has_failed: std::sync::atomic::AtomicBool::new(false),
             sent: Mutex::new(Stats::default()),
             remote_read: ep.caps().remote_read,
+            async_sends: cfg.async_sends,
+            in_flight: Mutex::new(Vec::new()),
             depth: std::sync::atomic::AtomicU32::new(0),
             bell: (Mutex::new(0), std::sync::Condvar::new()),
         });

@@ -75,6 +75,7 @@ impl Proxy {
             remote_offset,
             opts: WriteOpts {
                 notify: opts.notify,
+                ..Default::default()
             },
             combining: opts.combining,
             dirty: Cell::new(None),

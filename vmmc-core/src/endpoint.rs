@@ -93,6 +93,7 @@ impl ProxyInner {
                 &data[pos..end],
                 WriteOpts {
                     notify: opts.notify && last,
+                    ..opts
                 },
             )?;
             pos = end;
@@ -773,7 +774,14 @@ impl Proxy {
     #[inline]
     pub fn send_notify(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.ep.sh.engine.settle();
-        self.inner.write(offset, data, WriteOpts { notify: true })
+        self.inner.write(
+            offset,
+            data,
+            WriteOpts {
+                notify: true,
+                ..Default::default()
+            },
+        )
     }
 
     /// Deliberate update with explicit options.
@@ -794,7 +802,14 @@ impl Proxy {
         offset: usize,
         data: impl Into<Arc<[u8]>>,
     ) -> Result<AsyncSend> {
-        self.send_async_with(offset, data, WriteOpts { notify: true })
+        self.send_async_with(
+            offset,
+            data,
+            WriteOpts {
+                notify: true,
+                ..Default::default()
+            },
+        )
     }
 
     fn send_async_with(
@@ -809,6 +824,20 @@ impl Proxy {
             return Err(Error::NotImported);
         }
         check_transfer(offset, data.len(), self.inner.len)?;
+        if self.ep.sh.caps.async_send {
+            // The transport models the engine itself: initiate now, in order with the
+            // blocking sends, and return without waiting for the data to leave memory.
+            self.ep.sh.engine.settle();
+            let r = self.inner.write(
+                offset,
+                &data,
+                WriteOpts {
+                    asynchronous: true,
+                    ..opts
+                },
+            );
+            return Ok(AsyncSend::finished(data, r));
+        }
         self.ep
             .sh
             .engine
@@ -871,7 +900,15 @@ mod tests {
             max_write: 16,
             handles: std::sync::atomic::AtomicUsize::new(1),
         };
-        p.write(8, &[0u8; 40], WriteOpts { notify: true }).unwrap();
+        p.write(
+            8,
+            &[0u8; 40],
+            WriteOpts {
+                notify: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(
             *rec.0.lock().unwrap(),
             vec![(8, 16, false), (24, 16, false), (40, 8, true)],

@@ -245,6 +245,15 @@ pub struct AsyncSend {
 }
 
 impl AsyncSend {
+    /// A send the transport completed (or refused) at the call.
+    pub(crate) fn finished(data: Arc<[u8]>, r: Result<()>) -> AsyncSend {
+        AsyncSend {
+            data,
+            done: Completion::new(),
+            finished: Some(r),
+        }
+    }
+
     /// Completion status; the transfer's error once it failed.
     pub fn status(&mut self) -> Result<AsyncStatus> {
         if self.finished.is_none() {

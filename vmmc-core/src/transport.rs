@@ -39,8 +39,9 @@ pub struct Caps {
     pub native_au: bool,
     /// Transfer redirection done where the data is placed.
     pub redirection: bool,
-    /// The transport completes writes asynchronously by itself (unused by the core for now:
-    /// `send_async` runs on the core's own engine thread either way).
+    /// The transport completes writes asynchronously by itself: `send_async` calls its write
+    /// at once with [`WriteOpts::asynchronous`] (the simulated SHRIMP, whose DU engine and
+    /// request queue are modelled) instead of queueing it for the core's engine thread.
     pub async_send: bool,
     /// Largest single write, in bytes (0: no limit); the core splits larger sends.
     pub max_write: usize,
@@ -55,6 +56,10 @@ pub struct Caps {
 pub struct WriteOpts {
     /// Raise a notification at the receiver after the data is in memory.
     pub notify: bool,
+    /// An asynchronous send on a transport with [`Caps::async_send`]: return once the
+    /// transfer is initiated (the data is captured at the call), without waiting for it to
+    /// leave memory.
+    pub asynchronous: bool,
 }
 
 /// What the core asks a transport to export.
@@ -288,6 +293,7 @@ pub trait RemoteBuffer: Send + Sync {
             data,
             WriteOpts {
                 notify: opts.notify,
+                ..Default::default()
             },
         )
     }

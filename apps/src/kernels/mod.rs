@@ -5,3 +5,4 @@
 pub mod barnes;
 pub mod ocean;
 pub mod radix;
+pub mod render;

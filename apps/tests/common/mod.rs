@@ -49,7 +49,18 @@ fn out_file(app: &str, nodes: usize, transport: &str, version: &str) -> PathBuf 
 
 /// Runs the job and asserts that it succeeded with a report that says what ran.
 pub fn ok(app: &str, nodes: usize, transport: &str, version: &str) -> serde_json::Value {
-    let o = shrimp(app, nodes, transport, version, &[]);
+    ok_with(app, nodes, transport, version, &[])
+}
+
+/// [`ok`] with more options.
+pub fn ok_with(
+    app: &str,
+    nodes: usize,
+    transport: &str,
+    version: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let o = shrimp(app, nodes, transport, version, extra);
     let what = format!("{app} on {nodes} x {transport}, {version}");
     assert!(o.status.success(), "{what} failed\n{}", o.report());
     let line = o

@@ -366,7 +366,7 @@ impl Transport for SimTransport {
             remote_read: false,
             native_au: false,
             redirection: true,
-            async_send: false,
+            async_send: true,
             max_write: 0,
             au_packetizer: true,
         }
@@ -578,6 +578,7 @@ impl RemoteBuffer for SimRemote {
                 offset,
                 data,
                 opts.notify,
+                opts.asynchronous,
             )
         })
     }

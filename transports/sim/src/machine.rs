@@ -918,6 +918,7 @@ impl Machine {
         offset: usize,
         data: &[u8],
         notify: bool,
+        asynchronous: bool,
     ) -> Result<()> {
         let first_page = self.check_link(st, owner, buf, gen)?;
         let p = &self.p;
@@ -976,11 +977,16 @@ impl Machine {
             pos += len;
         }
         let nd = &mut st.nodes[node];
-        if main {
+        if main && !asynchronous {
             // A blocking send returns when the data has left memory.
             let done = c.max(nd.engine_free);
             nd.stats.blocked_ns += done - start_clock - cpu.min(done - start_clock);
             nd.clock = done;
+        } else if main {
+            // An asynchronous send returns once its pieces are initiated: after the
+            // initiations, and after waiting for room in the request queue.
+            nd.stats.blocked_ns += c - start_clock - cpu.min(c - start_clock);
+            nd.clock = c;
         } else {
             nd.clock += cpu;
         }

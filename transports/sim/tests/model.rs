@@ -336,6 +336,58 @@ fn du_queue_overlaps_initiation_with_transfer() {
     assert!(t2 < t0, "queueing helps: depth 2 {t2} ns, depth 0 {t0} ns");
 }
 
+/// An asynchronous send returns once initiated; back-to-back ones wait for the engine without
+/// a queue, and not with a 2-deep one (seed 001 §4.5.3's experiment).
+#[test]
+fn asynchronous_sends_return_at_initiation() {
+    let cost = |depth: &str| {
+        let sim = Sim::new(2, params(&["cpu.compute_scale=0", depth])).unwrap();
+        let t = returned(sim.run(|ep| {
+            let (r, px) = mesh(&ep);
+            if ep.rank() == 0 {
+                let p = px[1].as_ref().unwrap();
+                let t0 = now_ns();
+                let one = p.send_async(0, vec![1u8; 1024]).unwrap();
+                let t1 = now_ns();
+                let rest: Vec<_> = (1..3u32)
+                    .map(|i| {
+                        p.send_async(i as usize * 1024, vec![i as u8 + 1; 1024])
+                            .unwrap()
+                    })
+                    .collect();
+                let t3 = now_ns();
+                p.send(3 * 1024, &9u32.to_ne_bytes()).unwrap();
+                for h in std::iter::once(one).chain(rest) {
+                    h.wait().unwrap();
+                }
+                (t1 - t0, t3 - t0)
+            } else {
+                wait_word(&r, 3 * 1024, 9);
+                let mut got = vec![0u8; 3 * 1024];
+                r.read(0, &mut got).unwrap();
+                assert!(got
+                    .chunks(1024)
+                    .enumerate()
+                    .all(|(i, c)| c.iter().all(|&b| b == i as u8 + 1)));
+                (0, 0)
+            }
+        }));
+        t[0]
+    };
+    let p = params(&[]);
+    let (one0, three0) = cost("ni.du_queue_depth=0");
+    let (one2, three2) = cost("ni.du_queue_depth=2");
+    // One send costs its initiation, not its transfer (DMA start plus 1 KiB over EISA).
+    assert_eq!(one0, p.costs.du_initiate_ns, "one asynchronous send");
+    assert_eq!(one2, p.costs.du_initiate_ns, "one asynchronous send");
+    // Three: without a queue the third waits for the engine; a 2-deep queue takes them all.
+    assert_eq!(three2, 3 * p.costs.du_initiate_ns, "three with a queue");
+    assert!(
+        three0 > three2 + p.ni.du_dma_start_ns,
+        "without a queue the CPU waits for the engine: {three0} ns against {three2} ns"
+    );
+}
+
 #[test]
 fn idle_nodes_sleep() {
     let sim = Sim::new(2, params(&[])).unwrap();
