@@ -39,3 +39,10 @@ fn radix_vmmc_uneven_blocks() {
 fn radix_vmmc_corruption_is_caught() {
     common::caught("radix-vmmc", 2, "shm");
 }
+
+/// 64 nodes of the simulated SHRIMP in one process (each endpoint's DestSpace fits).
+#[test]
+fn radix_vmmc_on_64_simulated_nodes() {
+    let r = common::ok("radix-vmmc", 64, "sim", "du");
+    assert_eq!(r["nodes"], 64, "{r}");
+}

@@ -47,8 +47,15 @@ impl<T> Default for DestSpace<T> {
     }
 }
 
+/// DestSpaces of this process that may take the largest span: a process holds one per
+/// endpoint, and the simulator runs every node's endpoint in one process, where 64 spans of
+/// 4 TiB would exceed the 128 TiB of a 47-bit user address space.
+const LARGEST_SPANS: usize = 16;
+
 fn reserve() -> Result<(usize, u32)> {
-    for shift in SHIFTS {
+    static RESERVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let skip = usize::from(RESERVED.fetch_add(1, Ordering::Relaxed) >= LARGEST_SPANS);
+    for &shift in &SHIFTS[skip..] {
         let len = MAX_PROXIES << shift;
         // SAFETY: an inaccessible, unbacked reservation of address space.
         let p = unsafe {
