@@ -258,6 +258,10 @@ where
         ),
     };
     let died = !matches!(out, Outcome::Returned(_));
+    if !died && m.has_buffered() {
+        // Stores the program made after its last library call take effect before it ends.
+        let _ = m.call(rank, |_, _, _| Ok(()));
+    }
     m.end_node(rank, died);
     vmmc::pace::install(None);
     out
@@ -450,6 +454,7 @@ impl Transport for SimTransport {
                         buf,
                         gen: x.gen,
                         len: x.region.len(),
+                        live: x.live.clone(),
                     };
                     if caller == Caller::Main {
                         st.nodes[self.node].clock += self.m.p.costs.import_ns;
@@ -550,6 +555,8 @@ struct SimRemote {
     buf: BufId,
     gen: u64,
     len: usize,
+    /// The export's liveness flag (cleared at revoke and when its node is killed).
+    live: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SimRemote {
@@ -595,8 +602,32 @@ impl RemoteBuffer for SimRemote {
         })
     }
 
+    /// A one-word store of the node's program is buffered without a library call, as a
+    /// SHRIMP store is a plain memory write: no per-call bookkeeping is charged as compute
+    /// and no turn is handed over per store. The buffered stores take effect, in virtual-time
+    /// order among the other nodes' events and with the compute between them, at the node's
+    /// next library call (or every [`machine::STORE_BATCH`] stores), with the same model as a
+    /// store made through a call.
     fn au_store(&self, offset: usize, data: &[u8], opts: AuOptions) -> Result<()> {
+        if let Ok(word) = <[u8; vmmc::WORD_SIZE]>::try_from(data) {
+            let s = machine::Buffered {
+                owner: self.owner,
+                buf: self.buf,
+                gen: self.gen,
+                offset,
+                word,
+                opts,
+                stamp: machine::stamp(),
+            };
+            if let Some(n) = self.m.buffer_store(self.node, &self.live, s) {
+                if n >= machine::STORE_BATCH {
+                    self.call(|m, st, _| m.take_store_error(st, self.node))?;
+                }
+                return Ok(());
+            }
+        }
         self.call(|m, st, caller| {
+            m.take_store_error(st, self.node)?;
             m.au_store(
                 st, caller, self.node, self.owner, self.buf, self.gen, offset, data, opts,
             )
@@ -606,7 +637,7 @@ impl RemoteBuffer for SimRemote {
     fn au_flush(&self) -> Result<()> {
         self.call(|m, st, _| {
             m.au_flush(st, self.node);
-            Ok(())
+            m.take_store_error(st, self.node)
         })
     }
 }

@@ -10,9 +10,10 @@
 
 use crate::params::{AuMemory, Params};
 use crate::stats::NodeStats;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vmmc::redirect::Redirected;
@@ -66,6 +67,9 @@ pub(crate) struct Export {
     revoked: bool,
     in_flight: usize,
     pub gen: u64,
+    /// Cleared when the buffer is revoked or its node killed: importers' stores check it
+    /// without the lock ([`Machine::buffer_store`]).
+    pub live: std::sync::Arc<AtomicBool>,
     redir: Redir,
 }
 
@@ -93,6 +97,43 @@ struct OpenPacket {
     data: Vec<u8>,
     notify: bool,
     last_store: Time,
+}
+
+/// An automatic-update store (one word) made by a node's program between library calls.
+#[derive(Clone, Copy)]
+pub(crate) struct Buffered {
+    pub owner: usize,
+    pub buf: BufId,
+    pub gen: u64,
+    pub offset: usize,
+    pub word: [u8; WORD_SIZE],
+    pub opts: AuOptions,
+    /// [`stamp`] when it was made: where it falls in the compute of its interval.
+    pub stamp: u64,
+}
+
+/// A buffered store handed to the scheduler, with the compute charged before it.
+struct Pending {
+    gap: Time,
+    s: Buffered,
+}
+
+/// Stores a node may buffer before it hands them to the scheduler.
+pub(crate) const STORE_BATCH: usize = 4096;
+
+/// A cheap wall-clock stamp: only ratios of differences within one interval are used.
+#[inline]
+pub(crate) fn stamp() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions on x86_64; it only reads the time-stamp counter.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
 }
 
 /// A refused packet, kept for the run's report.
@@ -129,6 +170,15 @@ pub(crate) struct Node {
     outstanding: VecDeque<Time>,
     in_reserved: Time,
     open: Option<OpenPacket>,
+    /// Automatic-update stores the node's program made without a library call (see
+    /// [`Machine::buffer_store`]), each with the compute that came before it: the scheduler
+    /// applies them in virtual-time order among the other nodes' events.
+    pending: VecDeque<Pending>,
+    /// Compute after the last pending store, before the call that handed them over.
+    pending_tail: Time,
+    /// The first error of a pending store (its link broke before it took effect): returned by
+    /// the node's next automatic-update call.
+    store_error: Option<Error>,
     /// Packets this node sent that are not delivered yet: a node that ended stays visible
     /// as alive until they are (what it sent before it left is in memory, as on shm).
     sent_in_flight: usize,
@@ -168,6 +218,11 @@ pub(crate) struct Machine {
     aux_cv: Condvar,
     ev_cv: Vec<Condvar>,
     id: usize,
+    /// A node has a pending store's error to report.
+    store_failed: Vec<AtomicBool>,
+    /// Host CPU time of one buffered store's own path (measured at start, see
+    /// [`measure_store_overhead`]): not charged, the modelled store cost stands for it.
+    store_overhead_ns: f64,
 }
 
 thread_local! {
@@ -175,6 +230,59 @@ thread_local! {
     static MAIN_OF: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
     /// Thread CPU time at the end of the last library call.
     static CPU_MARK: Cell<u64> = const { Cell::new(0) };
+    /// [`stamp`] at the end of the last library call.
+    static STAMP_MARK: Cell<u64> = const { Cell::new(0) };
+    /// The automatic-update stores made since the last library call (main threads only).
+    static STORES: RefCell<Vec<Buffered>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Pushes a store to the calling thread's buffer; returns the number buffered.
+#[inline]
+fn push_store(s: Buffered) -> usize {
+    STORES.with(|b| {
+        let mut b = b.borrow_mut();
+        b.push(s);
+        b.len()
+    })
+}
+
+/// Host CPU time of one buffered store on this thread: the library's own work per store
+/// (the local write, the link checks, the stamp, the push), which a SHRIMP store does not
+/// pay beyond the modelled `costs.au_store_*_ns`. The least of a few timed loops.
+fn measure_store_overhead() -> f64 {
+    const N: usize = 4096;
+    let words: Vec<std::sync::atomic::AtomicU32> = (0..N)
+        .map(|_| std::sync::atomic::AtomicU32::new(0))
+        .collect();
+    let flag = AtomicBool::new(false);
+    let counter = AtomicU64::new(0);
+    let mut v: Vec<Buffered> = Vec::with_capacity(N);
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        v.clear();
+        let t0 = thread_cpu_ns();
+        for (i, w) in words.iter().enumerate() {
+            let i = std::hint::black_box(i);
+            w.store(i as u32, Ordering::Release);
+            if flag.load(Ordering::Relaxed) || counter.load(Ordering::Relaxed) == u64::MAX {
+                break;
+            }
+            v.push(Buffered {
+                owner: i & 15,
+                buf: 1,
+                gen: 1,
+                offset: i * 4,
+                word: (i as u32).to_ne_bytes(),
+                opts: AuOptions::default(),
+                stamp: stamp(),
+            });
+            std::hint::black_box(&v);
+        }
+        let t = thread_cpu_ns().saturating_sub(t0);
+        best = best.min(t as f64 / N as f64);
+    }
+    // A loop that was de-scheduled or ran on a cold machine can only have taken longer.
+    best
 }
 
 pub(crate) fn thread_cpu_ns() -> u64 {
@@ -223,6 +331,9 @@ impl Machine {
                 outstanding: VecDeque::new(),
                 in_reserved: 0,
                 open: None,
+                pending: VecDeque::new(),
+                pending_tail: 0,
+                store_error: None,
                 sent_in_flight: 0,
                 stats: NodeStats::default(),
             })
@@ -247,6 +358,8 @@ impl Machine {
             main_cv: (0..n).map(|_| Condvar::new()).collect(),
             aux_cv: Condvar::new(),
             ev_cv: (0..n).map(|_| Condvar::new()).collect(),
+            store_failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            store_overhead_ns: measure_store_overhead(),
             p,
             n,
             id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -271,14 +384,17 @@ impl Machine {
         let st = self.wait_grant(st, node);
         drop(st);
         CPU_MARK.with(|c| c.set(thread_cpu_ns()));
+        STAMP_MARK.with(|c| c.set(stamp()));
     }
 
     /// Called when a node's program has returned (or its thread unwound).
     pub fn end_node(&self, node: usize, dead: bool) {
         let mut st = self.lock();
         if self.is_main_thread(node) {
-            let charge = self.charge(&mut st, node);
-            let _ = charge;
+            // The program's stores were handed over by its last call (`run_node`); any left
+            // belong to a node that died.
+            self.discard_buffered();
+            self.charge(&mut st, node);
         }
         self.flush_open(&mut st, node);
         let nd = &mut st.nodes[node];
@@ -305,17 +421,113 @@ impl Machine {
         st.nodes[node].main == Main::Dead
     }
 
-    /// Charges the CPU time since the last call to the node's clock.
-    fn charge(&self, st: &mut State, node: usize) -> Time {
+    /// Charges the CPU time since the last call to the node's clock. Automatic-update stores
+    /// the program made in the interval ([`Machine::buffer_store`]) become the node's pending
+    /// stores: the interval's compute is spread over the gaps before, between and after them
+    /// in proportion to the wall time of each gap, and the scheduler applies them in time
+    /// order ([`Machine::dispatch`]). Returns whether stores are pending.
+    fn charge(&self, st: &mut State, node: usize) -> bool {
         let cpu = thread_cpu_ns();
+        let now_stamp = stamp();
         let mark = CPU_MARK.with(|c| c.get());
         let real = cpu.saturating_sub(mark);
-        let c = real.saturating_sub(self.p.cpu.compute_floor_ns) as f64 * self.p.cpu.compute_scale;
-        let c = c as Time;
+        STORES.with(|b| {
+            let mut b = b.borrow_mut();
+            // One floor per interval (one library call), and the library's own path per
+            // buffered store: neither is the program's computation.
+            let own = self.p.cpu.compute_floor_ns as f64 + b.len() as f64 * self.store_overhead_ns;
+            let c = ((real as f64 - own).max(0.0) * self.p.cpu.compute_scale) as Time;
+            let nd = &mut st.nodes[node];
+            nd.clock += std::mem::take(&mut nd.pending_charge);
+            nd.stats.compute_ns += c;
+            if b.is_empty() {
+                nd.clock += c;
+                return false;
+            }
+            let start = STAMP_MARK.with(|m| m.get());
+            let span = now_stamp.saturating_sub(start).max(1) as f64;
+            let mut prev = start;
+            let mut given = 0;
+            for s in b.drain(..) {
+                let at = s.stamp.clamp(prev, now_stamp.max(prev));
+                let upto = ((at - start) as f64 / span * c as f64) as Time;
+                let upto = upto.clamp(given, c);
+                nd.pending.push_back(Pending {
+                    gap: upto - given,
+                    s,
+                });
+                given = upto;
+                prev = at;
+            }
+            nd.pending_tail += c - given;
+            true
+        })
+    }
+
+    /// Buffers an automatic-update store of `node`'s main thread, made without a library
+    /// call as on SHRIMP (a plain memory write snooped by the interface). Returns `None` when
+    /// the store must go through a call instead (another thread, a link that broke (`live`
+    /// cleared), an error to report), else the number buffered.
+    #[inline]
+    pub fn buffer_store(&self, node: usize, live: &AtomicBool, s: Buffered) -> Option<usize> {
+        if !live.load(Ordering::Acquire)
+            || !self.is_main_thread(node)
+            || self.store_failed[node].load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        Some(push_store(s))
+    }
+
+    /// Whether the calling thread has buffered stores.
+    pub fn has_buffered(&self) -> bool {
+        STORES.with(|b| !b.borrow().is_empty())
+    }
+
+    /// Drops the calling thread's buffered stores (its node is gone).
+    pub fn discard_buffered(&self) {
+        STORES.with(|b| b.borrow_mut().clear());
+    }
+
+    /// The error of a pending store of `node`, once.
+    pub fn take_store_error(&self, st: &mut State, node: usize) -> Result<()> {
+        match st.nodes[node].store_error.take() {
+            Some(e) => {
+                self.store_failed[node].store(false, Ordering::Relaxed);
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Applies `node`'s first pending store at its time.
+    fn apply_pending(&self, st: &mut State, node: usize) {
+        let Some(Pending { gap, s }) = st.nodes[node].pending.pop_front() else {
+            return;
+        };
+        st.nodes[node].clock += gap;
+        st.now = st.now.max(st.nodes[node].clock);
+        if let Err(e) = self.au_store(
+            st,
+            Caller::Main,
+            node,
+            s.owner,
+            s.buf,
+            s.gen,
+            s.offset,
+            &s.word,
+            s.opts,
+        ) {
+            let nd = &mut st.nodes[node];
+            if nd.store_error.is_none() {
+                nd.store_error = Some(e);
+                self.store_failed[node].store(true, Ordering::Relaxed);
+            }
+        }
         let nd = &mut st.nodes[node];
-        nd.clock += c + std::mem::take(&mut nd.pending_charge);
-        nd.stats.compute_ns += c;
-        c
+        if nd.pending.is_empty() {
+            nd.clock += std::mem::take(&mut nd.pending_tail);
+        }
     }
 
     /// Starts a library call on `node`: on its main thread, charges compute and waits until
@@ -326,9 +538,16 @@ impl Machine {
             return Err(Error::PeerLost(format!("node {node} (this node) is dead")));
         }
         if self.is_main_thread(node) {
-            self.charge(&mut st, node);
+            let pending = self.charge(&mut st, node);
             let main = st.nodes[node].main;
-            if main == Main::Detached {
+            if pending && main == Main::Running {
+                // The stores take effect in time order among the other nodes' events; the
+                // node runs again once they all have and it is the earliest.
+                st.nodes[node].main = Main::Ready;
+                st.running = None;
+                self.dispatch(&mut st);
+                st = self.wait_grant(st, node);
+            } else if main == Main::Detached {
                 let now = st.now;
                 let nd = &mut st.nodes[node];
                 nd.clock = nd.clock.max(now);
@@ -383,6 +602,7 @@ impl Machine {
                 // may have let packets in that the program has not looked at yet.
                 drop(st);
                 CPU_MARK.with(|c| c.set(thread_cpu_ns()));
+                STAMP_MARK.with(|c| c.set(stamp()));
             }
             Caller::Aux { granted: Some(t) } => {
                 if st.running == Some(Holder::Aux(self.node_of_ticket(&st, t), t)) {
@@ -435,7 +655,8 @@ impl Machine {
             let mut best: Option<(Time, usize, u8, u64)> = None;
             for (i, nd) in st.nodes.iter().enumerate() {
                 if nd.main == Main::Ready {
-                    let k = (nd.clock, i, 0u8, 0u64);
+                    let at = nd.clock + nd.pending.front().map_or(0, |p| p.gap);
+                    let k = (at, i, 0u8, 0u64);
                     if best.is_none_or(|b| k < b) {
                         best = Some(k);
                     }
@@ -455,6 +676,9 @@ impl Machine {
                     if let Some(p) = st.packets.remove(&s) {
                         self.deliver(st, p, t);
                     }
+                }
+                (_, Some((_, node, 0, _))) if !st.nodes[node].pending.is_empty() => {
+                    self.apply_pending(st, node);
                 }
                 (_, Some((clock, node, kind, ticket))) => {
                     st.now = st.now.max(clock);
@@ -645,6 +869,9 @@ impl Machine {
     /// Marks a node dead now (its thread then unwinds).
     pub fn kill(&self, node: usize) {
         let mut st = self.lock();
+        for x in st.nodes[node].exports.values() {
+            x.live.store(false, Ordering::Release);
+        }
         let now = st.now;
         let nd = &mut st.nodes[node];
         nd.main = Main::Dead;
@@ -1145,6 +1372,7 @@ impl Machine {
                 revoked: false,
                 in_flight: 0,
                 gen,
+                live: std::sync::Arc::new(AtomicBool::new(true)),
                 redir: Redir::default(),
             },
         );
@@ -1168,6 +1396,7 @@ impl Machine {
             .get_mut(&buf)
             .ok_or(Error::NoSuchBuffer(buf))?;
         x.revoked = true;
+        x.live.store(false, Ordering::Release);
         Ok(x.in_flight > 0)
     }
 
@@ -1175,6 +1404,7 @@ impl Machine {
     pub fn remove_export(&self, st: &mut State, node: usize, buf: BufId) {
         let nd = &mut st.nodes[node];
         if let Some(x) = nd.exports.remove(&buf) {
+            x.live.store(false, Ordering::Release);
             let pages = x.region.len().div_ceil(self.p.bus.page_size) as u64;
             for i in 0..pages {
                 nd.ipt.remove(&(x.first_page + i));
