@@ -1,7 +1,7 @@
 //! # apps: the applications of seed 001 Table 1
 //!
-//! Each application is written against our libraries only (the VMMC API, NX), never against a
-//! transport, so it runs wherever they do: `vmmc-run -n N` on shared memory, `vmmc-run -n N
+//! Each application is written against our libraries only (the VMMC API, NX, SVM, sockets),
+//! never against a transport, so it runs wherever they do: `vmmc-run -n N` on shared memory, `vmmc-run -n N
 //! --transport sim` on the simulated SHRIMP. Each has an automatic-update (AU) and a
 //! deliberate-update (DU) version, checks its own result and reports one JSON line.
 //!
@@ -13,6 +13,7 @@
 //! | `barnes-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 16K bodies, 4 steps |
 //! | `ocean-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 130 x 130 grid |
 //! | `radix-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 2M keys, 3 passes |
+//! | `dfs-sockets` | sockets | the sockets' automatic-update variant (ring bytes stored through an [`vmmc::AutoUpdateBinding`], with combining) | one-copy deliberate update (`du1`) | 4 clients |
 //!
 //! The SVM versions are the protocols of seed 001 §4.2 (see [`svm_common`]): `--version au`
 //! runs AURC, `--version du` HLRC, and `--protocol hlrc-au` (with `--version au`) the third
@@ -29,6 +30,7 @@
 //! target/release/shrimp list
 //! target/release/shrimp run radix-vmmc -n 4                      # shm, AU, Table 1's size
 //! target/release/shrimp run ocean-nx -n 16 --transport sim --version du --size test
+//! target/release/shrimp run dfs-sockets -n 8 --transport sim --block-size 16k --reads 4
 //! target/release/shrimp overhead radix-vmmc                      # 1 node vs plain sequential
 //! target/release/shrimp table1                                   # sim, 1 node, beside Table 1
 //! ```
@@ -64,20 +66,35 @@
 //!   write-sharing. Table 1 gives no step count for it: 4 steps (SPLASH-2's default input).
 //! - The SVM applications' virtual times on sim vary from run to run by several per cent
 //!   (svm's notification handler runs outside the simulator's schedule).
+//! - DFS-sockets (see [`dfs_sockets`]) reads only, from memory: the files' contents are
+//!   generated, there are no disks and no writes, and a layout whose blocks do not fit in the
+//!   cluster's memory is refused. Cooperative caching is reduced to the home node serving
+//!   every block and each node keeping copies of what its own clients fetched (no forwarding
+//!   between clients' caches). Table 1's "4 clients" is a fixed workload: on fewer than 8
+//!   nodes clients share nodes, on more they stay on 4; below 6 nodes the preset cache (4
+//!   MB) grows to hold a node's share of the working sets. Its AU version always combines (the sockets library
+//!   has no switch for it): §4.5.1's "AU without combining" is the simulator's
+//!   `VMMC_SIM_SET=switches.combining=false`.
+//! - On sim, 64 nodes fail for every application that imports on every node (`mmap
+//!   DestSpace: Cannot allocate memory`: each endpoint reserves its DestSpace, 4 TiB at
+//!   first, and 64 of them exceed the 128 TiB address space); 32 nodes run.
 //!
 //! ## Adding an application
 //!
 //! The algorithms live in [`kernels`] (sequential code with no communication: Radix's
-//! passes, Ocean's multigrid, Barnes-Hut's octree and forces); a library version is a module
-//! that distributes a kernel over its library ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`],
-//! [`barnes_svm`], [`ocean_svm`], [`radix_svm`]). A new version is a new module plus one
-//! entry in [`APPS`].
+//! passes, Ocean's multigrid, Barnes-Hut's octree and forces, DFS's striped files and node
+//! caches); a library version is a module that distributes a kernel over its library
+//! ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`], [`barnes_svm`], [`ocean_svm`],
+//! [`radix_svm`], [`dfs_sockets`]). A new version is a new module plus one entry in [`APPS`]
+//! (and its new parameters in [`Params`] and in `shrimp`'s `param_args`, which hands them
+//! to the ranks).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod barnes_nx;
 pub mod barnes_svm;
 pub mod coll;
+pub mod dfs_sockets;
 pub mod kernels;
 pub mod ocean_nx;
 pub mod ocean_svm;
@@ -92,6 +109,22 @@ use serde::Serialize;
 
 fn parse_protocol(s: &str) -> Result<svm::Protocol, String> {
     s.parse().map_err(|e: svm::Error| e.to_string())
+}
+
+/// Parses a size in bytes: a number with an optional `k`, `m` or `g` suffix (binary).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, shift) = match t.as_bytes().last() {
+        Some(b'k') => (&t[..t.len() - 1], 10),
+        Some(b'm') => (&t[..t.len() - 1], 20),
+        Some(b'g') => (&t[..t.len() - 1], 30),
+        _ => (t.as_str(), 0),
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|v| v.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or with a k/m/g suffix)"))
 }
 
 /// Which communication mechanism a version uses for its data (seed 001 §4.2).
@@ -177,6 +210,25 @@ pub struct Params {
     /// au`, HLRC for `--version du`; HLRC-AU is `--version au --protocol hlrc-au`.
     #[arg(long, value_parser = parse_protocol)]
     pub protocol: Option<svm::Protocol>,
+    /// DFS: client threads (Table 1's size: 4).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// DFS: bytes per block (a multiple of 8; `k`/`m` suffixes allowed).
+    #[arg(long, value_parser = parse_bytes)]
+    pub block_size: Option<usize>,
+    /// DFS: bytes per file (a multiple of the block size).
+    #[arg(long, value_parser = parse_bytes)]
+    pub file_size: Option<usize>,
+    /// DFS: files per client (a client's working set).
+    #[arg(long)]
+    pub files: Option<usize>,
+    /// DFS: bytes of memory cache per node. Unset, the preset's, grown where a node's share of
+    /// the working sets needs more (few nodes); set, a layout that does not fit is refused.
+    #[arg(long, value_parser = parse_bytes)]
+    pub cache_size: Option<usize>,
+    /// DFS: times each client reads its working set in the timed phase (after a warm-up pass).
+    #[arg(long)]
+    pub reads: Option<usize>,
     /// Test only: corrupt the result before the check, which must then fail.
     #[arg(long)]
     pub inject_fault: bool,
@@ -202,6 +254,12 @@ impl Params {
             dt: None,
             eps: None,
             protocol: None,
+            clients: None,
+            block_size: None,
+            file_size: None,
+            files: None,
+            cache_size: None,
+            reads: None,
             inject_fault: false,
         }
     }
@@ -267,6 +325,9 @@ pub enum AppError {
     /// Communication inside a kernel failed.
     #[error("{0}")]
     Comm(String),
+    /// A socket failed.
+    #[error("sockets: {0}")]
+    Sockets(#[from] std::io::Error),
 }
 
 /// A result of an application.
@@ -361,6 +422,16 @@ pub const APPS: &[App] = &[
         table1_nodes: 2,
         run: ocean_nx::run,
         sequential: ocean_nx::sequential,
+    },
+    App {
+        name: "dfs-sockets",
+        library: "sockets",
+        about: "cooperative-caching cluster file system: clients read striped files from the nodes' caches",
+        table1_size: "4 clients",
+        table1_seq_s: 6.9,
+        table1_nodes: 1,
+        run: dfs_sockets::run,
+        sequential: dfs_sockets::sequential,
     },
 ];
 

@@ -75,12 +75,12 @@ fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::List => {
             println!(
-                "{:<12} {:<6} {:<22} {:>9}  what",
+                "{:<12} {:<7} {:<22} {:>9}  what",
                 "app", "lib", "Table 1 problem", "Table 1"
             );
             for a in APPS {
                 println!(
-                    "{:<12} {:<6} {:<22} {:>8.1}s  {}",
+                    "{:<12} {:<7} {:<22} {:>8.1}s  {}",
                     a.name, a.library, a.table1_size, a.table1_seq_s, a.about
                 );
             }
@@ -176,6 +176,12 @@ fn param_args(p: &Params) -> Vec<String> {
     opt("dt", p.dt.map(|v| v.to_string()));
     opt("eps", p.eps.map(|v| v.to_string()));
     opt("protocol", p.protocol.map(|v| v.name().to_string()));
+    opt("clients", p.clients.map(|v| v.to_string()));
+    opt("block-size", p.block_size.map(|v| v.to_string()));
+    opt("file-size", p.file_size.map(|v| v.to_string()));
+    opt("files", p.files.map(|v| v.to_string()));
+    opt("cache-size", p.cache_size.map(|v| v.to_string()));
+    opt("reads", p.reads.map(|v| v.to_string()));
     if p.inject_fault {
         a.push("--inject-fault".into());
     }

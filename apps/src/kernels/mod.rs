@@ -3,5 +3,6 @@
 //! overhead).
 
 pub mod barnes;
+pub mod dfs;
 pub mod ocean;
 pub mod radix;
