@@ -74,7 +74,10 @@
 //!   nodes clients share nodes, on more they stay on 4; below 6 nodes the preset cache (4
 //!   MB) grows to hold a node's share of the working sets. Its AU version always combines (the sockets library
 //!   has no switch for it): §4.5.1's "AU without combining" is the simulator's
-//!   `VMMC_SIM_SET=switches.combining=false`.
+//!   `VMMC_SIM_SET=switches.combining=false`. Most of its virtual time on sim is the compute
+//!   charge of copying and checksumming blocks (host CPU time x 120), so on a loaded machine
+//!   it varies by some 20% from run to run; with `VMMC_SIM_SET=cpu.compute_scale=0` the
+//!   runs are identical.
 //! - On sim, 64 nodes fail for every application that imports on every node (`mmap
 //!   DestSpace: Cannot allocate memory`: each endpoint reserves its DestSpace, 4 TiB at
 //!   first, and 64 of them exceed the 128 TiB address space); 32 nodes run.
