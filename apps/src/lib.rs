@@ -13,6 +13,7 @@
 //! | `barnes-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 16K bodies, 4 steps |
 //! | `ocean-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 130 x 130 grid |
 //! | `radix-svm` | svm | AURC (HLRC-AU with `--protocol hlrc-au`) | HLRC | 2M keys, 3 passes |
+//! | `dfs-sockets` | sockets | the sockets' automatic-update variant (ring bytes stored through an [`vmmc::AutoUpdateBinding`], with combining) | one-copy deliberate update (`du1`) | 4 clients |
 //! | `render-sockets` | sockets | the sockets' AU variant (stores through an AU image of the peer's ring) | one-copy DU variant | 167 x 63 x 34 volume, a 512 x 256 picture |
 //!
 //! The SVM versions are the protocols of seed 001 §4.2 (see [`svm_common`]): `--version au`
@@ -30,6 +31,7 @@
 //! target/release/shrimp list
 //! target/release/shrimp run radix-vmmc -n 4                      # shm, AU, Table 1's size
 //! target/release/shrimp run ocean-nx -n 16 --transport sim --version du --size test
+//! target/release/shrimp run dfs-sockets -n 8 --transport sim --block-size 16k --reads 4
 //! target/release/shrimp overhead radix-vmmc                      # 1 node vs plain sequential
 //! target/release/shrimp table1                                   # sim, 1 node, beside Table 1
 //! ```
@@ -71,23 +73,35 @@
 //!   paper's central task queue), so two nodes are no faster than one. The paper's renderer
 //!   is fault tolerant; ours ends the run when a worker is lost, without re-issuing its tiles.
 //!   The picture is written as a PNG (`--image`, default `apps-results/render.png`).
-//! - On sim, jobs of more than about 40 nodes fail in `import` ("mmap DestSpace"): every
-//!   node's endpoint reserves its DestSpace (4 TiB) in the one process's 128 TiB address
-//!   space, and smaller fall-back spans run out too. Render-sockets is tested to 32.
+//! - DFS-sockets (see [`dfs_sockets`]) reads only, from memory: the files' contents are
+//!   generated, there are no disks and no writes, and a layout whose blocks do not fit in the
+//!   cluster's memory is refused. Cooperative caching is reduced to the home node serving
+//!   every block and each node keeping copies of what its own clients fetched (no forwarding
+//!   between clients' caches). Table 1's "4 clients" is a fixed workload: on fewer than 8
+//!   nodes clients share nodes, on more they stay on 4; below 6 nodes the preset cache (4
+//!   MB) grows to hold a node's share of the working sets. Its AU version always combines (the sockets library
+//!   has no switch for it): §4.5.1's "AU without combining" is the simulator's
+//!   `VMMC_SIM_SET=switches.combining=false`. Most of its virtual time on sim is the compute
+//!   charge of copying and checksumming blocks (host CPU time x 120), so on a loaded machine
+//!   it varies by some 20% from run to run; with `VMMC_SIM_SET=cpu.compute_scale=0` the
+//!   runs are identical.
 //!
 //! ## Adding an application
 //!
 //! The algorithms live in [`kernels`] (sequential code with no communication: Radix's
-//! passes, Ocean's multigrid, Barnes-Hut's octree and forces, the ray caster); a library
-//! version is a module that distributes a kernel over its library ([`radix_vmmc`],
-//! [`ocean_nx`], [`barnes_nx`], [`barnes_svm`], [`ocean_svm`], [`radix_svm`],
-//! [`render_sockets`]). A new version is a new module plus one entry in [`APPS`].
+//! passes, Ocean's multigrid, Barnes-Hut's octree and forces, DFS's striped files and node
+//! caches, the ray caster); a library version is a module that distributes a kernel over its
+//! library ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`], [`barnes_svm`], [`ocean_svm`],
+//! [`radix_svm`], [`dfs_sockets`], [`render_sockets`]). A new version is a new module plus
+//! one entry in [`APPS`] (and its new parameters in [`Params`]: [`job::param_args`] hands
+//! every parameter that is set to the ranks).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod barnes_nx;
 pub mod barnes_svm;
 pub mod coll;
+pub mod dfs_sockets;
 pub mod job;
 pub mod kernels;
 pub mod ocean_nx;
@@ -119,6 +133,22 @@ fn parse_dims<const N: usize>(s: &str) -> Result<[usize; N], String> {
         k if k == N => Ok(std::array::from_fn(|i| parts[i])),
         _ => Err(format!("{s:?}: {N} sizes joined by 'x', or one")),
     }
+}
+
+/// Parses a size in bytes: a number with an optional `k`, `m` or `g` suffix (binary).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, shift) = match t.as_bytes().last() {
+        Some(b'k') => (&t[..t.len() - 1], 10),
+        Some(b'm') => (&t[..t.len() - 1], 20),
+        Some(b'g') => (&t[..t.len() - 1], 30),
+        _ => (t.as_str(), 0),
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|v| v.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or with a k/m/g suffix)"))
 }
 
 /// Which communication mechanism a version uses for its data (seed 001 §4.2).
@@ -231,6 +261,25 @@ pub struct Params {
     /// au`, HLRC for `--version du`; HLRC-AU is `--version au --protocol hlrc-au`.
     #[arg(long, value_parser = parse_protocol)]
     pub protocol: Option<svm::Protocol>,
+    /// DFS: client threads (Table 1's size: 4).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// DFS: bytes per block (a multiple of 8; `k`/`m` suffixes allowed).
+    #[arg(long, value_parser = parse_bytes)]
+    pub block_size: Option<usize>,
+    /// DFS: bytes per file (a multiple of the block size).
+    #[arg(long, value_parser = parse_bytes)]
+    pub file_size: Option<usize>,
+    /// DFS: files per client (a client's working set).
+    #[arg(long)]
+    pub files: Option<usize>,
+    /// DFS: bytes of memory cache per node. Unset, the preset's, grown where a node's share of
+    /// the working sets needs more (few nodes); set, a layout that does not fit is refused.
+    #[arg(long, value_parser = parse_bytes)]
+    pub cache_size: Option<usize>,
+    /// DFS: times each client reads its working set in the timed phase (after a warm-up pass).
+    #[arg(long)]
+    pub reads: Option<usize>,
     /// Test only: corrupt the result before the check, which must then fail.
     #[arg(long)]
     pub inject_fault: bool,
@@ -265,6 +314,12 @@ impl Params {
             in_flight: None,
             image: None,
             protocol: None,
+            clients: None,
+            block_size: None,
+            file_size: None,
+            files: None,
+            cache_size: None,
+            reads: None,
             inject_fault: false,
         }
     }
@@ -330,6 +385,9 @@ pub enum AppError {
     /// Communication inside a kernel failed.
     #[error("{0}")]
     Comm(String),
+    /// A socket failed.
+    #[error("sockets: {0}")]
+    Sockets(#[from] std::io::Error),
 }
 
 /// A result of an application.
@@ -424,6 +482,16 @@ pub const APPS: &[App] = &[
         table1_nodes: 2,
         run: ocean_nx::run,
         sequential: ocean_nx::sequential,
+    },
+    App {
+        name: "dfs-sockets",
+        library: "sockets",
+        about: "cooperative-caching cluster file system: clients read striped files from the nodes' caches",
+        table1_size: "4 clients",
+        table1_seq_s: 6.9,
+        table1_nodes: 1,
+        run: dfs_sockets::run,
+        sequential: dfs_sockets::sequential,
     },
     App {
         name: "render-sockets",

@@ -104,12 +104,12 @@ fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::List => {
             println!(
-                "{:<12} {:<6} {:<22} {:>9}  what",
+                "{:<14} {:<7} {:<22} {:>9}  what",
                 "app", "lib", "Table 1 problem", "Table 1"
             );
             for a in APPS {
                 println!(
-                    "{:<12} {:<6} {:<22} {:>8.1}s  {}",
+                    "{:<14} {:<7} {:<22} {:>8.1}s  {}",
                     a.name, a.library, a.table1_size, a.table1_seq_s, a.about
                 );
             }

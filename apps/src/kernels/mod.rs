@@ -3,6 +3,7 @@
 //! overhead).
 
 pub mod barnes;
+pub mod dfs;
 pub mod ocean;
 pub mod radix;
 pub mod render;
