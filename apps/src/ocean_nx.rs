@@ -21,8 +21,7 @@ const APP: &str = "ocean-nx";
 /// Message types: a row going up (to the node above), a row going down.
 const T_UP: i64 = 101;
 const T_DOWN: i64 = 102;
-/// Relative difference allowed against the sequential run.
-pub const TOLERANCE: f64 = 1e-12;
+pub use crate::kernels::ocean::TOLERANCE;
 
 /// The problem of `params`.
 pub fn problem(params: &Params) -> AppResult<OceanParams> {
@@ -115,10 +114,6 @@ impl Comm for NxComm<'_> {
     }
 }
 
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(f64::MIN_POSITIVE)
-}
-
 /// Runs Ocean-NX on this node (see [`crate::RunFn`]).
 pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
     let op = problem(params)?;
@@ -144,40 +139,8 @@ pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
     let stats = comm.stats;
 
     // The check (not timed).
-    if params.inject_fault && me == n - 1 {
-        let c = o.psi.at(o.psi.r1 - 1, 1);
-        o.psi.v[c] += 1e-3;
-    }
-    let psi_total = ocean::total(&o.psi, &mut comm).map_err(AppError::Comm)?;
-    let zeta_total = ocean::total(&o.zeta, &mut comm).map_err(AppError::Comm)?;
-    let mut verdict = None;
-    if me == 0 {
-        let (_, want) = ocean::sequential(&op).map_err(AppError::Comm)?;
-        verdict = if want.norms.len() != o.norms.len() {
-            Some(format!(
-                "{} V-cycles, the sequential run {}",
-                o.norms.len(),
-                want.norms.len()
-            ))
-        } else if let Some(i) = (0..o.norms.len()).find(|&i| !close(o.norms[i], want.norms[i])) {
-            Some(format!(
-                "residual norm after V-cycle {i}: {:e}, the sequential run {:e}",
-                o.norms[i], want.norms[i]
-            ))
-        } else if !close(psi_total, want.psi_total) {
-            Some(format!(
-                "the stream function sums to {psi_total:e}, the sequential run's to {:e}",
-                want.psi_total
-            ))
-        } else if !close(zeta_total, want.zeta_total) {
-            Some(format!(
-                "the vorticity sums to {zeta_total:e}, the sequential run's to {:e}",
-                want.zeta_total
-            ))
-        } else {
-            None
-        };
-    }
+    let verdict = ocean::check(&mut o, &op, (me, n), params.inject_fault, &mut comm)
+        .map_err(AppError::Comm)?;
     let mut sums = [
         verdict.is_some() as i64,
         stats.messages as i64,

@@ -537,6 +537,61 @@ pub fn sequential(p: &OceanParams) -> Result<(u64, Outcome), String> {
     Ok((t, out))
 }
 
+/// Relative tolerance of the check against the sequential run (the runs agree to the last
+/// bit by construction).
+pub const TOLERANCE: f64 = 1e-12;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(f64::MIN_POSITIVE)
+}
+
+/// The check of a distributed run, the same for every library version: corrupts the result
+/// first when asked (`inject`, on the last of `n` nodes), sums the fields over the nodes, and
+/// on node 0 compares the residual norms and the sums with the sequential run of `op`.
+/// Returns, on node 0, what differed.
+pub fn check(
+    o: &mut Ocean,
+    op: &OceanParams,
+    (me, n): (usize, usize),
+    inject: bool,
+    comm: &mut dyn Comm,
+) -> Result<Option<String>, String> {
+    if inject && me == n - 1 {
+        let c = o.psi.at(o.psi.r1 - 1, 1);
+        o.psi.v[c] += 1e-3;
+    }
+    let psi_total = total(&o.psi, comm)?;
+    let zeta_total = total(&o.zeta, comm)?;
+    if me != 0 {
+        return Ok(None);
+    }
+    let (_, want) = sequential(op)?;
+    Ok(if want.norms.len() != o.norms.len() {
+        Some(format!(
+            "{} V-cycles, the sequential run {}",
+            o.norms.len(),
+            want.norms.len()
+        ))
+    } else if let Some(i) = (0..o.norms.len()).find(|&i| !close(o.norms[i], want.norms[i])) {
+        Some(format!(
+            "residual norm after V-cycle {i}: {:e}, the sequential run {:e}",
+            o.norms[i], want.norms[i]
+        ))
+    } else if !close(psi_total, want.psi_total) {
+        Some(format!(
+            "the stream function sums to {psi_total:e}, the sequential run's to {:e}",
+            want.psi_total
+        ))
+    } else if !close(zeta_total, want.zeta_total) {
+        Some(format!(
+            "the vorticity sums to {zeta_total:e}, the sequential run's to {:e}",
+            want.zeta_total
+        ))
+    } else {
+        None
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
