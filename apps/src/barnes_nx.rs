@@ -15,7 +15,7 @@
 
 use crate::kernels::barnes::{self, Barnes, BarnesParams, BodyComm, V3};
 use crate::kernels::radix::block_lo;
-use crate::ocean_nx::nx_config;
+use crate::ocean_nx::{agree, nx_config};
 use crate::{AppError, AppResult, Params, Report, Size, Stats};
 use nx::Nx;
 
@@ -168,37 +168,17 @@ pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
             None
         };
     }
-    let mut sums = [
-        verdict.is_some() as i64,
-        stats.messages as i64,
-        stats.bytes as i64,
-    ];
-    nx.gisum(&mut sums)?;
-    let mut time = [t as f64];
-    nx.gdhigh(&mut time)?;
-    if sums[0] != 0 {
-        return Err(AppError::CheckFailed {
-            app: APP,
-            what: verdict
-                .unwrap_or_else(|| "node 0 found a difference from the sequential run".into()),
-        });
-    }
-    nx.gsync()?;
-    if me != 0 {
+    let Some((time, stats)) = agree(&nx, APP, verdict, stats, t)? else {
         return Ok(None);
-    }
+    };
     Ok(Some(Report::new(
         APP,
         "nx",
         ep,
         params,
         serde_json::to_value(bp).expect("serializable"),
-        time[0] as u64,
-        Stats {
-            messages: sums[1] as u64,
-            bytes: sums[2] as u64,
-            au_words: 0,
-        },
+        time,
+        stats,
         format!(
             "positions equal the sequential run's (within {POS_TOLERANCE:e}); energy {e0:.6} -> {e1:.6} ({:+.3}%)",
             (e1 - e0) / e0.abs() * 100.0

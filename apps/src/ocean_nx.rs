@@ -114,6 +114,45 @@ impl Comm for NxComm<'_> {
     }
 }
 
+/// The end of an NX application's run on every node: whether any node's check failed (then
+/// the error, with node 0's `verdict`), the slowest node's time `t` and the sum of the
+/// nodes' `stats`, on node 0 only (`None` elsewhere).
+pub(crate) fn agree(
+    nx: &Nx,
+    app: &'static str,
+    verdict: Option<String>,
+    stats: Stats,
+    t: u64,
+) -> AppResult<Option<(u64, Stats)>> {
+    let mut sums = [
+        verdict.is_some() as i64,
+        stats.messages as i64,
+        stats.bytes as i64,
+    ];
+    nx.gisum(&mut sums)?;
+    let mut time = [t as f64];
+    nx.gdhigh(&mut time)?;
+    if sums[0] != 0 {
+        return Err(AppError::CheckFailed {
+            app,
+            what: verdict
+                .unwrap_or_else(|| "node 0 found a difference from the sequential run".into()),
+        });
+    }
+    nx.gsync()?;
+    if nx.mynode() != 0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        time[0] as u64,
+        Stats {
+            messages: sums[1] as u64,
+            bytes: sums[2] as u64,
+            au_words: 0,
+        },
+    )))
+}
+
 /// Runs Ocean-NX on this node (see [`crate::RunFn`]).
 pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
     let op = problem(params)?;
@@ -141,25 +180,9 @@ pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
     // The check (not timed).
     let verdict = ocean::check(&mut o, &op, (me, n), params.inject_fault, &mut comm)
         .map_err(AppError::Comm)?;
-    let mut sums = [
-        verdict.is_some() as i64,
-        stats.messages as i64,
-        stats.bytes as i64,
-    ];
-    nx.gisum(&mut sums)?;
-    let mut time = [t as f64];
-    nx.gdhigh(&mut time)?;
-    if sums[0] != 0 {
-        return Err(AppError::CheckFailed {
-            app: APP,
-            what: verdict
-                .unwrap_or_else(|| "node 0 found a difference from the sequential run".into()),
-        });
-    }
-    nx.gsync()?;
-    if me != 0 {
+    let Some((time, stats)) = agree(&nx, APP, verdict, stats, t)? else {
         return Ok(None);
-    }
+    };
     let rows = Rows::new(op.n(), n);
     let mut problem = serde_json::to_value(op).expect("serializable");
     problem["levels"] = rows.levels().into();
@@ -171,12 +194,8 @@ pub fn run(ep: &vmmc::Endpoint, params: &Params) -> AppResult<Option<Report>> {
         ep,
         params,
         problem,
-        time[0] as u64,
-        Stats {
-            messages: sums[1] as u64,
-            bytes: sums[2] as u64,
-            au_words: 0,
-        },
+        time,
+        stats,
         format!(
             "{} V-cycles' residual norms and the final fields equal the sequential run's (within {TOLERANCE:e} relative)",
             o.norms.len()
