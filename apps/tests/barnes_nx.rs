@@ -5,26 +5,24 @@ mod common;
 
 #[test]
 fn barnes_nx_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::ok("barnes-nx", nodes, "shm", v);
-        }
-    }
+    common::each_version(
+        "barnes-nx",
+        "shm",
+        &common::SHM_NODES,
+        common::ok,
+        |_, _| {},
+    );
 }
 
 #[test]
 fn barnes_nx_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::ok("barnes-nx", nodes, "sim", v);
-            let total = &r["sim"]["total"];
-            if v == "au" {
-                assert!(total["au_packets"].as_u64() > Some(0), "{r}");
-            } else {
-                assert_eq!(total["au_packets"].as_u64(), Some(0), "{r}");
-            }
-        }
-    }
+    common::each_version(
+        "barnes-nx",
+        "sim",
+        &common::SIM_NODES,
+        common::ok,
+        common::au_traffic_only_in_au,
+    );
 }
 
 #[test]

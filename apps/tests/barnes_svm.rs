@@ -5,22 +5,27 @@ mod common;
 
 #[test]
 fn barnes_svm_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::svm_ok("barnes-svm", nodes, "shm", v);
-        }
-    }
+    common::each_version(
+        "barnes-svm",
+        "shm",
+        &common::SHM_NODES,
+        common::svm_ok,
+        |_, _| {},
+    );
 }
 
 #[test]
 fn barnes_svm_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::svm_ok("barnes-svm", nodes, "sim", v);
+    common::each_version(
+        "barnes-svm",
+        "sim",
+        &common::SIM_NODES,
+        common::svm_ok,
+        |_, r| {
             // Every node reads the others' bodies from their homes.
             assert!(r["svm"]["total"]["page_fetches"].as_u64() > Some(0), "{r}");
-        }
-    }
+        },
+    );
 }
 
 #[test]

@@ -5,26 +5,18 @@ mod common;
 
 #[test]
 fn ocean_nx_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::ok("ocean-nx", nodes, "shm", v);
-        }
-    }
+    common::each_version("ocean-nx", "shm", &common::SHM_NODES, common::ok, |_, _| {});
 }
 
 #[test]
 fn ocean_nx_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::ok("ocean-nx", nodes, "sim", v);
-            let total = &r["sim"]["total"];
-            if v == "au" {
-                assert!(total["au_packets"].as_u64() > Some(0), "{r}");
-            } else {
-                assert_eq!(total["au_packets"].as_u64(), Some(0), "{r}");
-            }
-        }
-    }
+    common::each_version(
+        "ocean-nx",
+        "sim",
+        &common::SIM_NODES,
+        common::ok,
+        common::au_traffic_only_in_au,
+    );
 }
 
 #[test]

@@ -5,22 +5,27 @@ mod common;
 
 #[test]
 fn ocean_svm_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::svm_ok("ocean-svm", nodes, "shm", v);
-        }
-    }
+    common::each_version(
+        "ocean-svm",
+        "shm",
+        &common::SHM_NODES,
+        common::svm_ok,
+        |_, _| {},
+    );
 }
 
 #[test]
 fn ocean_svm_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::svm_ok("ocean-svm", nodes, "sim", v);
+    common::each_version(
+        "ocean-svm",
+        "sim",
+        &common::SIM_NODES,
+        common::svm_ok,
+        |_, r| {
             // The neighbours' boundary rows come from their homes.
             assert!(r["svm"]["total"]["page_fetches"].as_u64() > Some(0), "{r}");
-        }
-    }
+        },
+    );
 }
 
 #[test]

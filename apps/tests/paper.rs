@@ -2,7 +2,6 @@
 //! and a verdict on each, the JSON and the figures are written; and the simulated runs are
 //! deterministic once compute is not charged.
 
-#[allow(dead_code)]
 mod common;
 
 use std::process::Command;

@@ -5,25 +5,30 @@ mod common;
 
 #[test]
 fn radix_svm_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::svm_ok("radix-svm", nodes, "shm", v);
-        }
-    }
+    common::each_version(
+        "radix-svm",
+        "shm",
+        &common::SHM_NODES,
+        common::svm_ok,
+        |_, _| {},
+    );
 }
 
 #[test]
 fn radix_svm_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::svm_ok("radix-svm", nodes, "sim", v);
+    common::each_version(
+        "radix-svm",
+        "sim",
+        &common::SIM_NODES,
+        common::svm_ok,
+        |v, r| {
             // The scattered writes share pages: HLRC diffs them, AURC stores through.
             let t = &r["svm"]["total"];
             if v == "du" {
                 assert!(t["diffs_created"].as_u64() > Some(0), "{r}");
             }
-        }
-    }
+        },
+    );
 }
 
 #[test]

@@ -5,26 +5,24 @@ mod common;
 
 #[test]
 fn radix_vmmc_on_shm() {
-    for nodes in [1, 2, 4] {
-        for v in ["au", "du"] {
-            common::ok("radix-vmmc", nodes, "shm", v);
-        }
-    }
+    common::each_version(
+        "radix-vmmc",
+        "shm",
+        &common::SHM_NODES,
+        common::ok,
+        |_, _| {},
+    );
 }
 
 #[test]
 fn radix_vmmc_on_sim() {
-    for nodes in [4, 16] {
-        for v in ["au", "du"] {
-            let r = common::ok("radix-vmmc", nodes, "sim", v);
-            let total = &r["sim"]["total"];
-            if v == "au" {
-                assert!(total["au_packets"].as_u64() > Some(0), "{r}");
-            } else {
-                assert_eq!(total["au_packets"].as_u64(), Some(0), "{r}");
-            }
-        }
-    }
+    common::each_version(
+        "radix-vmmc",
+        "sim",
+        &common::SIM_NODES,
+        common::ok,
+        common::au_traffic_only_in_au,
+    );
 }
 
 #[test]

@@ -1,4 +1,6 @@
 //! Runs `shrimp run APP ...` as a real job (vmmc-run and its ranks) and checks its report.
+// Each test crate uses a part of these helpers.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -111,7 +113,6 @@ pub fn caught(app: &str, nodes: usize, transport: &str) {
 
 /// [`ok`] for an SVM application: the report also carries the protocol's statistics, the
 /// version's protocol (AURC for AU, HLRC for DU), and AU traffic only under AURC.
-#[allow(dead_code)]
 pub fn svm_ok(app: &str, nodes: usize, transport: &str, version: &str) -> serde_json::Value {
     let r = ok(app, nodes, transport, version);
     let what = format!("{app} on {nodes} x {transport}, {version}");
@@ -140,4 +141,39 @@ pub fn svm_ok(app: &str, nodes: usize, transport: &str, version: &str) -> serde_
         );
     }
     r
+}
+
+/// The node counts every application is tested on, over shm and on the simulated SHRIMP.
+pub const SHM_NODES: [usize; 3] = [1, 2, 4];
+/// See [`SHM_NODES`].
+pub const SIM_NODES: [usize; 2] = [4, 16];
+
+/// A run that asserts success and returns the report ([`ok`] or [`svm_ok`]).
+pub type Run = fn(&str, usize, &str, &str) -> serde_json::Value;
+
+/// Runs `app` in both versions on each of `nodes` over `transport` through `run`, and hands
+/// every report to `check` with its version.
+pub fn each_version(
+    app: &str,
+    transport: &str,
+    nodes: &[usize],
+    run: Run,
+    mut check: impl FnMut(&str, &serde_json::Value),
+) {
+    for &n in nodes {
+        for v in ["au", "du"] {
+            let r = run(app, n, transport, v);
+            check(v, &r);
+        }
+    }
+}
+
+/// On sim: automatic-update packets in the AU version, none in the DU version.
+pub fn au_traffic_only_in_au(version: &str, r: &serde_json::Value) {
+    let packets = r["sim"]["total"]["au_packets"].as_u64();
+    if version == "au" {
+        assert!(packets > Some(0), "{r}");
+    } else {
+        assert_eq!(packets, Some(0), "{r}");
+    }
 }
