@@ -10,14 +10,19 @@ use bytemuck::Pod;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use vmmc::pace::{self, Cost};
 use vmmc::{AuOptions, AutoUpdateBinding, Endpoint, ExportOptions, MemKind, Proxy};
 
+// A page's state at this node. Reads need at least READ, writes at least WRITE; DIRECT pages
+// take plain stores into this node's copy (every written page but AURC's non-home ones, whose
+// stores go through the binding to the home).
 const INVALID: u8 = 0;
 const READ: u8 = 1;
 const WRITE: u8 = 2;
+const DIRECT: u8 = 3;
 const NO_HOME: u16 = u16::MAX;
 /// How long a wait spins before it sleeps: `SVM_SPIN_US` microseconds if set, else 50 (tens
 /// of hand-overs on a shared-memory host, a fraction of a wake-up's cost), or 10 when the job
@@ -109,9 +114,22 @@ impl<T: Pod> Shared<T> {
 /// Reads and writes a shared array. A view borrows the [`Svm`], and every synchronisation
 /// call takes the `Svm` mutably: a view cannot be held across an acquire, a release, a
 /// barrier or a flag wait, so nothing read before one is mistaken for what holds after it.
+///
+/// [`get`](View::get) and [`set`](View::set) are the checked accessors of the access
+/// detection: inlined, they look at the page's state byte and load or store this node's copy
+/// directly; the first read of an invalid page, the first write of an interval and AURC's
+/// stores to another node's page take the out-of-line path (a fault).
 pub struct View<'a, T> {
     svm: &'a Svm,
     a: Shared<T>,
+    /// This node's copy of the space.
+    base: *mut u8,
+    /// The states of the space's pages.
+    pages: &'a [Cell<u8>],
+    /// Page size is 1 << shift.
+    shift: u32,
+    /// No element straddles two pages (the element size divides the page and the offset).
+    whole: bool,
 }
 
 impl<T: Pod> View<'_, T> {
@@ -133,9 +151,33 @@ impl<T: Pod> View<'_, T> {
         }
         Ok(self.a.off + i * std::mem::size_of::<T>())
     }
+    /// The byte offset of element `i` in the space and its page's state, if the inlined
+    /// path may take it (in bounds, in one page).
+    #[inline(always)]
+    fn fast(&self, i: usize) -> Option<(usize, u8)> {
+        if i >= self.a.len || !self.whole {
+            return None;
+        }
+        let o = self.a.off + i * std::mem::size_of::<T>();
+        Some((o, self.pages.get(o >> self.shift)?.get()))
+    }
     /// Element `i`.
     #[inline]
     pub fn get(&self, i: usize) -> Result<T> {
+        match self.fast(i) {
+            Some((o, s)) if s != INVALID => {
+                // SAFETY: element `i` is inside the array (checked), so inside this node's copy
+                // of the space; any bit pattern is a `T` (Pod). A home's copy may take other
+                // nodes' updates meanwhile, as `Region::read` allows (of other words, in a
+                // program without data races).
+                Ok(unsafe { self.base.add(o).cast::<T>().read_unaligned() })
+            }
+            _ => self.get_slow(i),
+        }
+    }
+    #[cold]
+    #[inline(never)]
+    fn get_slow(&self, i: usize) -> Result<T> {
         let mut v = T::zeroed();
         self.svm
             .read_bytes(self.at(i, 1)?, bytemuck::bytes_of_mut(&mut v))?;
@@ -144,7 +186,91 @@ impl<T: Pod> View<'_, T> {
     /// Stores `v` as element `i`.
     #[inline]
     pub fn set(&self, i: usize, v: T) -> Result<()> {
+        match self.fast(i) {
+            Some((o, DIRECT)) => {
+                // SAFETY: as in `get`; the page takes plain stores at this node (its twin or
+                // its home copy exists, and the page is on this interval's dirty list).
+                unsafe { self.base.add(o).cast::<T>().write_unaligned(v) };
+                Ok(())
+            }
+            _ => self.set_slow(i, v),
+        }
+    }
+    #[cold]
+    #[inline(never)]
+    fn set_slow(&self, i: usize, v: T) -> Result<()> {
         self.svm.write_bytes(self.at(i, 1)?, bytemuck::bytes_of(&v))
+    }
+    /// Calls `f(i, element i)` for each `i` of `range`, in order. Each page is checked once
+    /// (a read fault where it is invalid) and its elements are then loaded directly: the way
+    /// to scan a block without copying it out first.
+    pub fn for_each(&self, range: Range<usize>, mut f: impl FnMut(usize, T)) -> Result<()> {
+        self.try_for_each(range, |i, v| {
+            f(i, v);
+            Ok(())
+        })
+    }
+    /// As [`for_each`](View::for_each), stopping at the first error `f` returns.
+    pub fn try_for_each<E: From<Error>>(
+        &self,
+        range: Range<usize>,
+        mut f: impl FnMut(usize, T) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.at(range.start, range.end - range.start)?;
+        let size = std::mem::size_of::<T>();
+        let mut i = range.start;
+        while i < range.end {
+            // The elements from i to the end of its page (or the range): one check.
+            let o = self.a.off + i * size;
+            let page_end = ((o >> self.shift) + 1) << self.shift;
+            let stop = if self.whole {
+                ((page_end - self.a.off) / size).min(range.end)
+            } else {
+                i + 1
+            };
+            self.svm.touch(o, (stop - i) * size, false)?;
+            // Held in a local, so that the stores `f` makes cannot make the loop reload it.
+            let first = self.base.wrapping_add(self.a.off).cast::<T>().cast_const();
+            for j in i..stop {
+                // SAFETY: element j is inside the array (range checked), its page is valid
+                // here (touched; states only move down at synchronisation, which needs the
+                // `Svm` mutably); a load as in `get`.
+                let v = unsafe { first.add(j).read_unaligned() };
+                f(j, v)?;
+            }
+            i = stop;
+        }
+        Ok(())
+    }
+    /// Write cursors starting at `starts` (the buckets' first positions in a counting sort,
+    /// the partitions' ends): each stores successive elements with one check per page, then
+    /// plain stores.
+    /// The array may have up to `u32::MAX` elements; a start beyond it is an error at the
+    /// first `put`.
+    pub fn cursors(&self, starts: impl IntoIterator<Item = usize>) -> Result<Cursors<'_, T>> {
+        let too_long = |index| Error::OutOfBounds {
+            index,
+            len: 1,
+            size: u32::MAX as usize,
+        };
+        if self.a.len > u32::MAX as usize {
+            return Err(too_long(self.a.len));
+        }
+        let pos = starts
+            .into_iter()
+            .map(|s| {
+                let s = u32::try_from(s).map_err(|_| too_long(s))?;
+                Ok([s, s])
+            })
+            .collect::<Result<_>>()?;
+        Ok(Cursors {
+            view: self,
+            first: self.base.wrapping_add(self.a.off).cast::<T>(),
+            pos,
+        })
     }
     /// Copies elements `start..start+out.len()` into `out`.
     pub fn read(&self, start: usize, out: &mut [T]) -> Result<()> {
@@ -161,6 +287,63 @@ impl<T: Pod> View<'_, T> {
         let mut v = vec![T::zeroed(); self.a.len];
         self.read(0, &mut v)?;
         Ok(v)
+    }
+}
+
+/// Write positions in one array, each storing successive elements (see
+/// [`View::cursors`]).
+pub struct Cursors<'v, T> {
+    view: &'v View<'v, T>,
+    /// This node's copy of the array's first element.
+    first: *mut T,
+    /// Per cursor, its position and where its plain stores end (the end of the page or of
+    /// the array, once the page is known to take them).
+    /// (u32: eight bytes a cursor keep thousands of them in the first-level cache beside
+    /// the lines they write.)
+    pos: Vec<[u32; 2]>,
+}
+
+impl<T: Pod> Cursors<'_, T> {
+    /// The index cursor `c`'s next [`put`](Cursors::put) stores at.
+    pub fn position(&self, c: usize) -> Option<usize> {
+        self.pos.get(c).map(|p| p[0] as usize)
+    }
+    /// Stores `v` at cursor `c`'s position and advances it.
+    #[inline]
+    pub fn put(&mut self, c: usize, v: T) -> Result<()> {
+        if let Some([next, stop]) = self.pos.get_mut(c) {
+            if *next < *stop {
+                // SAFETY: every element below `stop` is inside the array and lies in a page
+                // that takes plain stores at this node until the next synchronisation (which
+                // needs the `Svm` mutably, so not while these cursors borrow it): see
+                // `View::set`.
+                unsafe { self.first.add(*next as usize).write_unaligned(v) };
+                *next += 1;
+                return Ok(());
+            }
+        }
+        self.put_slow(c, v)
+    }
+    #[cold]
+    #[inline(never)]
+    fn put_slow(&mut self, c: usize, v: T) -> Result<()> {
+        let cursors = self.pos.len();
+        let Some([next, stop]) = self.pos.get_mut(c) else {
+            return Err(Error::OutOfBounds {
+                index: c,
+                len: 1,
+                size: cursors,
+            });
+        };
+        let vw = self.view;
+        vw.set(*next as usize, v)?;
+        if let Some((o, DIRECT)) = vw.fast(*next as usize) {
+            let page_end = ((o >> vw.shift) + 1) << vw.shift;
+            // Fits: the array has at most u32::MAX elements (`View::cursors`).
+            *stop = ((page_end - vw.a.off) / std::mem::size_of::<T>()).min(vw.a.len) as u32;
+        }
+        *next += 1;
+        Ok(())
     }
 }
 
@@ -451,7 +634,21 @@ impl Svm {
 
     /// A view to read and write `a` until the next synchronisation.
     pub fn view<T: Pod>(&self, a: Shared<T>) -> View<'_, T> {
-        View { svm: self, a }
+        assert!(
+            a.off + a.len * std::mem::size_of::<T>() <= self.svc.space.len(),
+            "a Shared of this space"
+        );
+        View {
+            svm: self,
+            a,
+            base: self.svc.space.as_ptr(),
+            pages: &self.state,
+            shift: self.shift,
+            whole: {
+                let size = std::mem::size_of::<T>().max(1);
+                self.page.is_multiple_of(size) && a.off.is_multiple_of(size)
+            },
+        }
     }
 
     // ----- access detection (checked accessors, page granularity) -----
@@ -464,7 +661,7 @@ impl Svm {
         let (p0, p1) = (off >> self.shift, (off + len - 1) >> self.shift);
         for p in p0..=p1 {
             let s = self.state[p].get();
-            if write && s != WRITE {
+            if write && s < WRITE {
                 self.write_fault(p)?;
             } else if s == INVALID {
                 self.read_fault(p)?;
@@ -555,7 +752,8 @@ impl Svm {
             s.twins += 1;
         }
         self.dirty.borrow_mut().push(p as u32);
-        self.state[p].set(WRITE);
+        let through_binding = home as usize != self.me && self.cfg.protocol == Protocol::Aurc;
+        self.state[p].set(if through_binding { WRITE } else { DIRECT });
         s.write_faults += 1;
         s.protocol_ns += pace::now_ns().saturating_sub(t0);
         Ok(())

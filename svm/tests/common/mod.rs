@@ -2,7 +2,7 @@
 //! and on the simulated SHRIMP (threads in virtual time).
 #![allow(dead_code)]
 
-use svm::{Config, Placement, Protocol, Result, Svm};
+use svm::{Config, Error, Placement, Protocol, Result, Svm};
 
 /// A small deterministic generator (xorshift), the same on every node.
 pub struct Rng(u64);
@@ -219,6 +219,77 @@ pub fn flag_chain(s: &mut Svm) -> Result<()> {
     Ok(())
 }
 
+/// Cursors and scans: every node writes runs that cross pages homed elsewhere through write
+/// cursors, then every node scans the whole array in place; elements that straddle pages
+/// (3 bytes each) take the checked path; misuse is a clear error.
+pub fn cursors_and_scans(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    let words = s.page_size() / 4;
+    // Run r (of 4 per node) of node k starts at (4k + r) * run; a run is 1.5 pages.
+    let run = words * 3 / 2;
+    let len = 4 * n * run;
+    let a = s.alloc::<u32>(len, Placement::RoundRobin)?;
+    let odd = s.alloc::<[u8; 3]>(s.page_size() * 2 / 3 + 5, Placement::RoundRobin)?;
+    let value = |i: usize| (i as u32).wrapping_mul(2_654_435_761) | 1;
+    {
+        let v = s.view(a);
+        let mut at = v.cursors((0..4).map(|r| (4 * me + r) * run))?;
+        // Interleaved across the runs, as a counting sort's buckets are.
+        for k in 0..run {
+            for r in [2, 0, 3, 1] {
+                assert_eq!(at.position(r), Some((4 * me + r) * run + k));
+                at.put(r, value((4 * me + r) * run + k))?;
+            }
+        }
+        assert!(matches!(at.put(4, 0), Err(Error::OutOfBounds { .. })));
+        if me == n - 1 {
+            // The last run ends the array: one more store is out of bounds.
+            assert!(matches!(at.put(3, 0), Err(Error::OutOfBounds { .. })));
+        }
+        // One writer: diffs are word-granular, so 3-byte elements of different writers
+        // would share words.
+        let o = s.view(odd);
+        if me == n - 1 {
+            for i in 0..o.len() {
+                o.set(i, [i as u8, (i >> 8) as u8, 7])?;
+            }
+        }
+    }
+    s.barrier()?;
+    let v = s.view(a);
+    let mut seen = 0usize;
+    v.for_each(0..len, |i, x| {
+        assert_eq!(x, value(i), "node {me}: element {i}");
+        seen += 1;
+    })?;
+    assert_eq!(seen, len);
+    // A part, stopping at the first error the closure returns.
+    let mut last = 0;
+    let r = v.try_for_each(run / 2..len, |i, _| {
+        last = i;
+        if i == run * 2 {
+            Err(Error::Protocol("stop".into()))
+        } else {
+            Ok(())
+        }
+    });
+    assert!(matches!(r, Err(Error::Protocol(_))) && last == run * 2);
+    assert!(matches!(
+        v.for_each(len - 1..len + 1, |_, _| ()),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let o = s.view(odd);
+    o.for_each(0..o.len(), |i, x| {
+        assert_eq!(x, [i as u8, (i >> 8) as u8, 7], "node {me}: odd {i}")
+    })?;
+    assert_eq!(
+        o.get(o.len() - 1)?,
+        [(o.len() - 1) as u8, ((o.len() - 1) >> 8) as u8, 7]
+    );
+    s.barrier()?;
+    Ok(())
+}
+
 /// Every scenario in turn, on one space.
 pub fn all(s: &mut Svm) -> Result<()> {
     let t = std::time::Instant::now();
@@ -238,7 +309,9 @@ pub fn all(s: &mut Svm) -> Result<()> {
     random_and_counter(s)?;
     step("random", s);
     flag_chain(s)?;
-    step("flags", s);
+    step("flag_chain", s);
+    cursors_and_scans(s)?;
+    step("cursors", s);
     let st = s.stats();
     assert!(st.barriers > 0);
     if s.size() > 1 {
