@@ -154,3 +154,44 @@ fn c_dead_receiver_fails_senders() {
     assert!(j.stdout.contains("dead node 2: ok"), "node 2\n{report}");
     assert!(!j.stderr.contains("panicked"), "a panic\n{report}");
 }
+
+#[test]
+fn c_combined_handler_sends_merge_flush_and_errors() {
+    run_ok("calls", 2, &[]);
+    run_ok("calls", 4, &[("NX_THRESHOLD", "16384")]);
+    run_ok("calls", 3, &[("NX_SMALL", "au")]);
+}
+
+#[test]
+fn c_handlers_serve_requests_while_computing() {
+    run_ok("hload", 2, &[]);
+    run_ok("hload", 4, &[]);
+}
+
+#[test]
+fn c_compatibility_and_what_linux_cannot_do() {
+    let exe = compile("compat");
+    for n in [2, 3] {
+        let j = run(&exe, n, &[]);
+        let report = format!("--- stdout\n{}\n--- stderr\n{}", j.stdout, j.stderr);
+        assert!(j.ok, "compat with {n} ranks failed\n{report}");
+        for r in 0..n {
+            assert!(
+                j.stdout.contains(&format!("compat node {r}: ok")),
+                "node {r}\n{report}"
+            );
+        }
+        // nx_perror says why, in NX's form "s: text".
+        for line in [
+            "nx_initve: process creation needs the multi-host job spawn",
+            "nx_waitall: nx_waitall: no process was created by nx_nfork or nx_load",
+            "nx_mkpart: partition management has no meaning on Linux",
+            "killproc: killing another node's process needs the launcher's process table",
+        ] {
+            assert!(
+                j.stderr.contains(line),
+                "nx_perror did not print {line:?}\n{report}"
+            );
+        }
+    }
+}
