@@ -43,12 +43,21 @@
  * Fortran: every call has its Fortran binding (mynode_, csend_, ...: arguments by reference,
  * INTEGER = 4 bytes, handlers called with their arguments by reference); link with -lnx.
  *
+ * Process creation (on shared memory, as vmmc-run does it): a program started on its own,
+ * not under the launcher, becomes the controlling process of an application with
+ * nx_initve (size 0: "-sz N" on the command line, taken out of argv, or NX_DFLT_SIZE, or
+ * the CPUs it may use) or nx_initve_rect; nx_nfork forks every node at once (0 in the
+ * children, which are nodes from there on; the number of nodes in the parent), nx_load,
+ * nx_loadve and load (node -1) start a program on every node; the controlling process holds
+ * the job's rendezvous and nx_waitall waits for the nodes. The controlling process is not a
+ * node: a message-passing call there makes it a job of one node of its own.
+ *
  * What cannot exist on Linux returns -1 with errno EQNOTSUP (the hard forms print why and
  * exit); nx_perror() prints the reason:
- * - process creation: nx_initve, nx_initve_rect, nx_initve_attr, nx_nfork, nx_load,
- *   nx_loadve, load, nx_waitall. A job's processes are started by the launcher
- *   (vmmc-run -n N -- prog), each a node from its start; creating them from a program
- *   needs the job spawn of the multi-host launcher, which does not exist yet.
+ * - adding processes to a running job: nx_initve, nx_nfork, nx_load ... in a process that
+ *   is a node (started by vmmc-run) need the multi-host job spawn, which does not exist
+ *   yet; a node list other than all the nodes in order (a job's nodes start together);
+ *   nx_waitall with no job started; nx_initve_attr (its attributes are partition settings).
  * - partition management: nx_mkpart, nx_mkpart_rect, nx_mkpart_map, nx_mkpart_attr,
  *   nx_rmpart, nx_chpart_epl, nx_chpart_mod, nx_chpart_name, nx_chpart_owner, nx_chpart_rq,
  *   nx_chpart_sched, nx_pspart, nx_pri: Linux has no partitions of nodes nor gang scheduling.
@@ -204,7 +213,7 @@ void gcolx(void *x, long xlens[], void *y);
 /* f(x, y) folds y into x */
 void gopf(void *x, long xlen, void *work, long (*f) NX_PARAMS((void *x, void *y)));
 
-/* application and partition (see above for what returns EQNOTSUP) */
+/* application, process creation and partition (see above; these return -1 and errno) */
 long nx_app_nodes(pid_t pid, nx_nodes_t *list, unsigned long *size); /* this job: 0 .. n-1 */
 long nx_app_rect(long *rows, long *cols); /* 1 row of numnodes() */
 long nx_initve(char *partition, long size, char *account, int *argc, char **argv);
@@ -240,7 +249,7 @@ long ginv(long g);          /* the i whose gray code is g */
 long mypart(long *rows, long *cols); /* 1 row of numnodes(); returns numnodes() */
 void killcube(long node, long ptype); /* this node's own process only */
 void killproc(long node, long ptype); /* this node's own process only */
-long load(char *pathname, long node, long ptype); /* process creation: EQNOTSUP */
+long load(char *pathname, long node, long ptype); /* node -1: nx_load; -1 and errno */
 long restrictvol(int fd, int nvol, int *vols);    /* no PFS: EQNOTSUP */
 
 /* The underscore forms: -1 and errno (an EQ* code) instead of printing the error and

@@ -4,10 +4,8 @@
 //! What has a meaning here is done: clocks, gray codes, the application's nodes and shape
 //! (one row of `numnodes()` nodes). What cannot be done returns NX's error (-1 with `errno`
 //! EQNOTSUP; the hard forms print it and exit) with a text that says why:
-//! - process creation (`nx_initve*`, `nx_nfork`, `nx_load*`, `load`, `nx_waitall`): the
-//!   processes of a job are started by the launcher (`vmmc-run -n N -- prog`), each one a
-//!   node from its start; creating them from a program needs the job spawn of the
-//!   multi-host launcher, which does not exist yet;
+//! - process creation from a process that is already a node (see `spawn`), and
+//!   `nx_initve_attr` (its attributes are partition settings);
 //! - partition management (`nx_mkpart*`, `nx_rmpart`, `nx_chpart_*`, `nx_pspart`,
 //!   `nx_pri`): Linux has no partitions of nodes nor their gang scheduling;
 //! - killing another node's process (`killproc`, `killcube` of other nodes): a process does
@@ -237,11 +235,8 @@ pub unsafe extern "C" fn nx_app_nodes(
 
 // ----- what cannot be done here -----
 
-const SPAWN: &str = "process creation needs the multi-host job spawn, which does not exist \
-                     yet: start the program with the launcher (vmmc-run -n N -- prog), every \
-                     process is a node from its start";
-const WAITALL: &str = "nx_waitall: no process was created by nx_nfork or nx_load (they need \
-                       the job spawn); the launcher waits for the job's processes";
+const ATTR: &str = "nx_initve_attr: its attributes are partition settings, which do not \
+                    exist on Linux: use nx_initve or nx_initve_rect";
 const PARTITION: &str = "partition management has no meaning on Linux: there are no \
                          partitions of nodes nor gang scheduling here";
 const KILL: &str = "killing another node's process needs the launcher's process table (not \
@@ -263,18 +258,8 @@ macro_rules! cannot {
 }
 
 cannot! {
-    SPAWN => {
-        nx_initve(partition: *const c_char, size: c_long, account: *const c_char, argc: *mut c_int, argv: *mut *mut c_char) -> c_long;
-        nx_initve_rect(partition: *const c_char, anchor: c_long, rows: c_long, cols: c_long, account: *const c_char, argc: *mut c_int, argv: *mut *mut c_char) -> c_long;
+    ATTR => {
         nx_initve_attr(partition: *const c_char, argc: *mut c_int, argv: *mut *mut c_char) -> c_long;
-        nx_nfork(nodes: *const c_long, nnodes: c_long, ptype: c_long, pids: *mut c_long) -> c_long;
-        nx_load(nodes: *const c_long, nnodes: c_long, ptype: c_long, pids: *mut c_long, path: *const c_char) -> c_long;
-        nx_loadve(nodes: *const c_long, nnodes: c_long, ptype: c_long, pids: *mut c_long, path: *const c_char, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_long;
-        load(path: *const c_char, node: c_long, ptype: c_long) -> c_long;
-        _load(path: *const c_char, node: c_long, ptype: c_long) -> c_long;
-    }
-    WAITALL => {
-        nx_waitall() -> c_long;
     }
     PARTITION => {
         nx_mkpart(partition: *const c_char, size: c_long, sched: c_long) -> c_long;

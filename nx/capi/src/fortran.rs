@@ -70,7 +70,7 @@ int_fn! {
     infotype_ => infotype();
     infoptype_ => infoptype();
     infopid_ => super::compat::infopid();
-    nx_waitall_ => super::compat::nx_waitall();
+    nx_waitall_ => super::spawn::nx_waitall();
 }
 
 /// Fortran's `dclock`.
@@ -243,15 +243,8 @@ fortran! {
         *cols = i(c);
         i(n)
     }
-    fn nx_nfork_(nodes: I, k: I, pt: I, pids: *mut c_int) -> c_int {
-        let _ = (nodes, k, pt, pids);
-        i(super::compat::nx_nfork(std::ptr::null(), -1, 0, std::ptr::null_mut()))
-    }
     fn nx_perror_(s: *const c_char, len: usize) {
-        let b = if s.is_null() { &[][..] } else { std::slice::from_raw_parts(s.cast::<u8>(), len) };
-        let t = String::from_utf8_lossy(b).trim_end().to_string();
-        let c = std::ffi::CString::new(t).unwrap_or_default();
-        super::compat::nx_perror(c.as_ptr())
+        super::compat::nx_perror(ftext(s, len).as_ptr())
     }
     fn gcol_(x: P, xl: I, y: P, yl: I, ncnt: *mut c_int) {
         let mut n: c_long = 0;
@@ -373,17 +366,50 @@ fortran_glogical! {
     glxor_, |a, b| a != b;
 }
 
-macro_rules! fortran_spawn {
-    ($($f:ident ( $($a:ident : $t:ty),* );)*) => {$(
-        #[doc = concat!("Fortran's `", stringify!($f), "`: process creation, EQNOTSUP (see nx.h).")]
-        #[no_mangle]
-        pub extern "C" fn $f($(_: $t),*) -> c_int {
-            i(super::compat::nx_nfork(std::ptr::null(), -1, 0, std::ptr::null_mut()))
-        }
-    )*};
+/// A Fortran string argument's text, blanks at the end removed.
+///
+/// # Safety
+/// `s` NULL or valid for `len` bytes.
+unsafe fn ftext(s: *const c_char, len: usize) -> std::ffi::CString {
+    let b = if s.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(s.cast::<u8>(), len) }
+    };
+    let t = String::from_utf8_lossy(b).trim_end().to_string();
+    std::ffi::CString::new(t).unwrap_or_default()
 }
 
-fortran_spawn! {
-    nx_initve_(partition: *const c_char, size: I, account: *const c_char, plen: usize, alen: usize);
-    nx_load_(nodes: I, k: I, pt: I, pids: *mut c_int, path: *const c_char, len: usize);
+fortran! {
+    fn nx_initve_(part: *const c_char, size: I, _acct: *const c_char, plen: usize, _alen: usize) -> c_int {
+        let p = ftext(part, plen);
+        let np = std::ptr::null_mut();
+        i(super::spawn::nx_initve(p.as_ptr(), v(size), std::ptr::null(), np, std::ptr::null_mut()))
+    }
+    fn nx_nfork_(nodes: I, k: I, pt: I, pids: *mut c_int) -> c_int {
+        let list: Vec<c_long> = ints(nodes, v(k)).iter().map(|&x| x as c_long).collect();
+        let lp = if v(k) == -1 { std::ptr::null() } else { list.as_ptr() };
+        let mut out = vec![0 as c_long; 4096];
+        let r = super::spawn::nx_nfork(lp, v(k), v(pt), out.as_mut_ptr());
+        if r > 0 && !pids.is_null() {
+            for (j, &p) in out.iter().take(r as usize).enumerate() {
+                *pids.add(j) = i(p);
+            }
+        }
+        i(r)
+    }
+    fn nx_load_(nodes: I, k: I, pt: I, pids: *mut c_int, path: *const c_char, len: usize) -> c_int {
+        let list: Vec<c_long> = ints(nodes, v(k)).iter().map(|&x| x as c_long).collect();
+        let lp = if v(k) == -1 { std::ptr::null() } else { list.as_ptr() };
+        let prog = ftext(path, len);
+        let mut out = vec![0 as c_long; 4096];
+        let r = super::spawn::nx_load(lp, v(k), v(pt), out.as_mut_ptr(), prog.as_ptr());
+        if r > 0 && !pids.is_null() {
+            for (j, &p) in out.iter().take(r as usize).enumerate() {
+                *pids.add(j) = i(p);
+            }
+        }
+        i(r)
+    }
 }

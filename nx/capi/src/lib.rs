@@ -26,6 +26,7 @@ use std::sync::{Mutex, Once, OnceLock};
 mod compat;
 mod fortran;
 mod paragon;
+mod spawn;
 
 /// A handler of `hrecv`: the message's type, length, node and process type.
 pub type HrecvHandler = extern "C" fn(c_long, c_long, c_long, c_long);
@@ -57,6 +58,10 @@ fn global() -> Result<&'static Global, NxError> {
                 cfg.reg_cache = true;
             }
             let nx = Nx::with_config(ep, cfg).map_err(|e| format!("cannot start NX: {e}"))?;
+            // The process type nx_nfork or nx_load gave this node.
+            if let Some(p) = std::env::var("NX_PTYPE").ok().and_then(|v| v.parse().ok()) {
+                nx.setptype(p).map_err(|e| format!("NX_PTYPE: {e}"))?;
+            }
             static AT_EXIT: Once = Once::new();
             AT_EXIT.call_once(|| {
                 // SAFETY: registers a function with static lifetime that never unwinds.

@@ -183,7 +183,7 @@ fn c_compatibility_and_what_linux_cannot_do() {
         }
         // nx_perror says why, in NX's form "s: text".
         for line in [
-            "nx_initve: process creation needs the multi-host job spawn",
+            "nx_initve: this process is a node of a job started by the launcher",
             "nx_waitall: nx_waitall: no process was created by nx_nfork or nx_load",
             "nx_mkpart: partition management has no meaning on Linux",
             "killproc: killing another node's process needs the launcher's process table",
@@ -194,4 +194,49 @@ fn c_compatibility_and_what_linux_cannot_do() {
             );
         }
     }
+}
+
+#[test]
+fn c_nx_initve_nfork_load_waitall_without_the_launcher() {
+    let exe = compile("spawn");
+    let mut cmd = Command::new(&exe);
+    cmd.args(["-sz", "3", "extra"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VMMC_") {
+            cmd.env_remove(k);
+        }
+    }
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn runs");
+    // A deadline, not a synchronisation: the program's own waits end the run.
+    while child.try_wait().expect("try_wait").is_none() {
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("spawn did not finish in {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().expect("output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    let report = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert!(o.status.success(), "spawn failed\n{report}");
+    for r in 0..3 {
+        assert!(
+            stdout.contains(&format!("spawn nfork node {r} of 3: ok")),
+            "nfork {r}\n{report}"
+        );
+    }
+    for r in 0..2 {
+        assert!(
+            stdout.contains(&format!("spawn load node {r} of 2: ok")),
+            "load {r}\n{report}"
+        );
+    }
+    assert!(stdout.contains("spawn parent: ok"), "{report}");
+    eprintln!("spawn: {:?}", t0.elapsed());
 }
