@@ -4,6 +4,10 @@
 //! `include/nx.h` declares them. A program written for NX compiles with `cc prog.c -lnx` and
 //! runs under the launcher (`vmmc-run -n N -- ./prog`).
 //!
+//! Beside the C calls, the module `fortran` has the Fortran bindings, `paragon` the rest of the
+//! Paragon's message-passing calls, `compat` the iPSC compatibility, application and
+//! partition calls, and `spawn` process creation (`nx_initve`, `nx_nfork`, `nx_load`).
+//!
 //! # Conventions
 //! - The process joins the job (through [`vmmc_run::init`]) on its first NX call; the
 //!   library's settings come from the environment (`NX_SMALL`, `NX_THRESHOLD`, `NX_SLOTS`).
