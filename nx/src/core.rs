@@ -1206,7 +1206,7 @@ impl State {
             self.write_data(p, h, ls.source(), n4)?;
         }
         if let Some(mid) = ls.mid {
-            self.complete(mid, None, None);
+            self.complete_send(mid, ls.owned.take());
         }
         if let Some(v) = ls.safe {
             self.keep_spare(v);
@@ -1299,7 +1299,7 @@ impl State {
         {
             return; // a cancelled receive's word for a send that was not split
         }
-        let Some(ls) = self.large.remove(&id) else {
+        let Some(mut ls) = self.large.remove(&id) else {
             return;
         };
         if let Some(exp) = ls.pulling {
@@ -1308,7 +1308,7 @@ impl State {
             }
         }
         if let Some(mid) = ls.mid {
-            self.complete(mid, None, None);
+            self.complete_send(mid, ls.owned.take());
         }
         if let Some(v) = ls.safe {
             self.keep_spare(v);
@@ -1762,6 +1762,19 @@ impl State {
             },
         );
         mid
+    }
+
+    /// A zero-copy send is complete: a handler send's handler gets its buffer back.
+    fn complete_send(&mut self, mid: Mid, owned: Option<Vec<u8>>) {
+        match self.send_handlers.remove(&mid) {
+            Some((f, sent)) => {
+                self.completions += 1;
+                self.reqs.remove(&mid);
+                self.ready.push((f, sent, owned));
+                self.has_ready.store(true, Ordering::Release);
+            }
+            None => self.complete(mid, None, None),
+        }
     }
 
     /// Queues `f` to run with `info` (by [`Core::run_ready`], outside the lock).

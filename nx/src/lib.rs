@@ -360,12 +360,27 @@ impl Nx {
         Ok(mid)
     }
 
-    /// A handler send (`hsend`, `hsendx`): starts sending from memory the caller lends and
+    /// A handler send (`hsend`, `hsendx`): starts sending `buf`, which the request owns, and
     /// returns; when the send completes, `handler` runs with the sent message's info (its
-    /// type, length, destination node and process type), as handlers of handler receives
-    /// run (one at a time, held while masked by [`Nx::masktrap`]). A one-copy message is
-    /// complete at once; a zero-copy one asks its receiver to notify the reply, so that the
-    /// handler runs without this process calling NX again.
+    /// type, length, destination node and process type) and gets the buffer back, as
+    /// handlers of handler receives run (one at a time, held while masked by
+    /// [`Nx::masktrap`]). A one-copy message is complete at once; a zero-copy one asks its
+    /// receiver to notify the reply, so that the handler runs without this process calling
+    /// NX again.
+    pub fn hsend(
+        &self,
+        mtype: i64,
+        buf: Vec<u8>,
+        node: i64,
+        ptype: i64,
+        handler: impl FnMut(Info, Vec<u8>) + Send + 'static,
+    ) -> Result<()> {
+        let data = UserBuf::lent(&buf);
+        self.hsend_inner(mtype, data, Some(buf), node, ptype, handler)
+    }
+
+    /// [`Nx::hsend`] from memory the caller lends (`hsend` of the C ABI); the handler gets an
+    /// empty buffer.
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid and unmodified until the handler has run.
@@ -378,28 +393,46 @@ impl Nx {
         ptype: i64,
         handler: impl FnMut(Info) + Send + 'static,
     ) -> Result<()> {
+        // SAFETY: this function's contract is `UserBuf::new`'s.
+        let data = unsafe { UserBuf::new(ptr as *mut u8, len) };
+        let mut handler = handler;
+        self.hsend_inner(mtype, data, None, node, ptype, move |i, _| handler(i))
+    }
+
+    fn hsend_inner(
+        &self,
+        mtype: i64,
+        data: UserBuf,
+        owned: Option<Vec<u8>>,
+        node: i64,
+        ptype: i64,
+        handler: impl FnMut(Info, Vec<u8>) + Send + 'static,
+    ) -> Result<()> {
         check_type(mtype)?;
         check_ptype(ptype)?;
         let p = self.check_node(node)?;
-        // SAFETY: this function's contract is `UserBuf::new`'s.
-        let data = unsafe { UserBuf::new(ptr as *mut u8, len) };
         let info = Info {
             mtype,
-            count: len,
+            count: data.len(),
             node: p,
             ptype,
         };
         let mut handler = handler;
-        let f: HandlerFn = Box::new(move |i, _| handler(i));
         {
             let mut st = self.core.lock();
             st.progress(false)?;
-            if len <= self.threshold() || p == self.core.me {
+            if data.len() <= self.threshold() || p == self.core.me {
                 st.send_small_nb(p, false, mtype, data.bytes())?;
+                let mut owned = owned;
+                let f: HandlerFn =
+                    Box::new(move |i, _| handler(i, owned.take().unwrap_or_default()));
                 st.queue_handler(f, info);
             } else {
-                let id = st.start_large(p, false, mtype, data, None, false)?;
+                // The request owns the buffer until the send completes; the handler gets
+                // it back then.
+                let id = st.start_large(p, false, mtype, data, owned, false)?;
                 let mid = st.new_send_req(Some(id));
+                let f: HandlerFn = Box::new(move |i, b| handler(i, b.unwrap_or_default()));
                 st.on_send_done(mid, f, info);
                 st.bind_large(id, mid);
                 st.want_reply_notice(id)?;
