@@ -218,13 +218,12 @@ fortran! {
             let sn = check_buf(sb, v(sn))?;
             let g = global()?;
             let r = g.nx.hrecv_raw(v(ts) as i64, rb.cast(), rn, -1, -1, move |x| call4(h, x))?;
-            match g.nx.isend_raw(v(t) as i64, sb.cast(), sn, v(node) as i64, v(pt) as i64) {
-                Ok(s) => g.nx.msgignore(s),
-                Err(e) => {
-                    let _ = g.nx.msgcancel(r);
-                    Err(e)
-                }
+            // As C's hsendrecv: a handler send, so that a zero-copy one goes on unattended.
+            let sent = g.nx.hsend_raw(v(t) as i64, sb.cast(), sn, v(node) as i64, v(pt) as i64, |_| {});
+            if sent.is_err() {
+                let _ = g.nx.msgcancel(r);
             }
+            sent
         });
     }
     fn killproc_(node: I, pt: I) { super::compat::killproc(v(node), v(pt)) }

@@ -333,18 +333,25 @@ fn do_hsendrecv(
     let sn = check_buf(sbuf, scount)?;
     let g = global()?;
     let r = do_hrecv(typesel, rbuf, rcount, handler)?;
+    // A handler send (with nothing to do when it completes): a zero-copy message asks its
+    // receiver to notify the reply, so that the transfer goes on while this process
+    // computes without calling NX, and the reply can come.
     // SAFETY: NX's contract: `sbuf` stays unchanged until the handler has run, and the
     // reply comes after the message was received: the send is complete by then.
-    let s = match unsafe {
-        g.nx.isend_raw(ty as i64, sbuf.cast(), sn, node as i64, ptype as i64)
-    } {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = g.nx.msgcancel(r as i64);
-            return Err(e);
-        }
+    let sent = unsafe {
+        g.nx.hsend_raw(
+            ty as i64,
+            sbuf.cast(),
+            sn,
+            node as i64,
+            ptype as i64,
+            |_| {},
+        )
     };
-    g.nx.msgignore(s)?;
+    if let Err(e) = sent {
+        let _ = g.nx.msgcancel(r as i64);
+        return Err(e);
+    }
     Ok(0)
 }
 

@@ -92,18 +92,27 @@ int main(void) {
     CHECK(hsx_param == 4242 + me, "hsendx hparam %ld", hsx_param);
     gsync();
 
-    /* hsendrecv: node 0 asks node n-1, whose answer runs node 0's handler. */
+    /* hsendrecv: node 0 asks node n-1, whose answer runs node 0's handler; first with a
+     * one-copy request, then a zero-copy one, which must go on while node 0 computes. */
     if (me == 0) {
         long q = 77;
         hsendrecv(500, &q, sizeof q, n - 1, 0, 501, rep, sizeof rep, on_reply);
         spin_until(&hsr_count, 3, "hsendrecv");
         CHECK(hsr_count == 3 && hsr_node == n - 1 && memcmp(rep, "yes", 3) == 0,
               "hsendrecv reply %ld from %ld", hsr_count, hsr_node);
+        hsr_count = -1;
+        fill(big, BIG, 99);
+        hsendrecv(502, big, BIG, n - 1, 0, 503, rep, sizeof rep, on_reply);
+        spin_until(&hsr_count, 2, "zero-copy hsendrecv");
+        CHECK(hsr_count == 2 && memcmp(rep, "ok", 2) == 0, "zero-copy hsendrecv reply");
     } else if (me == n - 1) {
         long q = 0;
         crecv(500, &q, sizeof q);
         CHECK(q == 77, "hsendrecv request");
         csend(501, "yes", 3, 0, 0);
+        crecv(502, bigin, BIG);
+        CHECK(infocount() == BIG && verify(bigin, BIG, 99) < 0, "zero-copy hsendrecv request");
+        csend(503, "ok", 2, 0, 0);
     }
     gsync();
 
