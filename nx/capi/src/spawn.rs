@@ -37,7 +37,8 @@ struct Job {
 
 static APP: Mutex<Option<App>> = Mutex::new(None);
 
-const IN_JOB: &str = "this process is a node of a job started by the launcher: processes \
+const IN_JOB: &str = "this process is a node of a job started by the launcher (or of a job \
+                      of its own, made by an earlier message-passing call): processes \
                       cannot be added to a running job (that needs the multi-host job \
                       spawn, which does not exist yet)";
 const NO_APP: &str = "no application: call nx_initve first (from a program started on its \
@@ -47,8 +48,10 @@ const WHOLE: &str = "the nodes of a job start together: create all of them in on
 const NO_PART: &str = "partitions do not exist on Linux: give no partition name";
 pub(crate) const WAITALL: &str = "nx_waitall: no process was created by nx_nfork or nx_load";
 
+/// Whether this process is a node already, or tried to be (its children would inherit the
+/// failed start).
 fn in_job() -> bool {
-    GLOBAL.get().is_some_and(|g| g.is_ok()) || std::env::var_os(vars::RANK).is_some()
+    GLOBAL.get().is_some() || std::env::var_os(vars::RANK).is_some()
 }
 
 /// A C string argument that must be NULL or empty.

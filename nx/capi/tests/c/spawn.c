@@ -55,6 +55,9 @@ int main(int argc, char **argv) {
     r = nx_loadve(NULL, -1, 3, pids, argv[0], av, NULL);
     PCHECK(r == 2, "nx_loadve");
     PCHECK(nx_waitall() == 0, "nx_waitall after nx_loadve");
+    /* A message-passing call makes this process a job of one node: it cannot create more. */
+    PCHECK(_mynode() == 0 && _numnodes() == 1, "alone, a job of one node");
+    PCHECK(nx_initve(NULL, 2, NULL, NULL, NULL) == -1 && errno == EQNOTSUP, "a node creates none");
     printf("spawn parent: ok\n");
     return 0;
 }
