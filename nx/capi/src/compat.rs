@@ -77,9 +77,10 @@ pub extern "C" fn _mclock() -> libc::c_ulong {
 
 /// NX's 64-bit clock value: `slow` the low 32 bits and `shigh` the high ones.
 #[repr(C)]
+#[derive(Default)]
 pub struct Esize {
-    slow: c_long,
-    shigh: c_long,
+    pub(crate) slow: c_long,
+    pub(crate) shigh: c_long,
 }
 
 /// Ticks of the hardware clock (HWHZ = 10 MHz, as the Paragon's) in `*t`.

@@ -98,7 +98,7 @@ pub extern "C" fn gsync_() {
 }
 
 macro_rules! fortran {
-    ($($(#[$m:meta])* fn $f:ident ( $($a:ident : $t:ty),* ) $(-> $r:ty)? { $($body:tt)* })*) => {$(
+    ($($(#[$m:meta])* fn $f:ident ( $($a:ident : $t:ty),* $(,)? ) $(-> $r:ty)? { $($body:tt)* })*) => {$(
         #[doc = concat!("Fortran's `", stringify!($f), "`.")]
         /// # Safety
         /// Arguments by reference, valid as NX requires of its callers.
@@ -411,4 +411,56 @@ fortran! {
         }
         i(r)
     }
+}
+
+fortran! {
+    fn hwclock_(t: *mut c_int) {
+        // Two INTEGERs: the low and the high 32 bits of the tick count.
+        let mut e = super::compat::Esize::default();
+        super::compat::hwclock(&mut e);
+        if !t.is_null() {
+            *t = e.slow as u32 as c_int;
+            *t.add(1) = e.shigh as c_int;
+        }
+    }
+    fn nx_initve_rect_(
+        part: *const c_char,
+        anchor: I,
+        rows: I,
+        cols: I,
+        _acct: *const c_char,
+        plen: usize,
+        _alen: usize,
+    ) -> c_int {
+        let p = ftext(part, plen);
+        let np = std::ptr::null_mut();
+        i(super::spawn::nx_initve_rect(p.as_ptr(), v(anchor), v(rows), v(cols), std::ptr::null(), np, std::ptr::null_mut()))
+    }
+    fn load_(path: *const c_char, node: I, pt: I, len: usize) -> c_int {
+        i(super::spawn::load(ftext(path, len).as_ptr(), v(node), v(pt)))
+    }
+}
+
+macro_rules! fortran_partition {
+    ($($f:ident => $c:ident ( $($a:ident : $t:ty),* );)*) => {$(
+        #[doc = concat!("Fortran's `", stringify!($f), "`: partitions do not exist here, EQNOTSUP (see nx.h).")]
+        #[no_mangle]
+        pub extern "C" fn $f($(_: $t),*) -> c_int {
+            i(super::compat::nx_pri(0, 0))
+        }
+    )*};
+}
+
+fortran_partition! {
+    nx_mkpart_ => nx_mkpart(p: *const c_char, size: I, sched: I, plen: usize);
+    nx_mkpart_rect_ => nx_mkpart_rect(p: *const c_char, rows: I, cols: I, sched: I, plen: usize);
+    nx_mkpart_map_ => nx_mkpart_map(p: *const c_char, k: I, nodes: I, sched: I, plen: usize);
+    nx_rmpart_ => nx_rmpart(p: *const c_char, force: I, rec: I, plen: usize);
+    nx_chpart_epl_ => nx_chpart_epl(p: *const c_char, epl: I, plen: usize);
+    nx_chpart_mod_ => nx_chpart_mod(p: *const c_char, m: I, plen: usize);
+    nx_chpart_name_ => nx_chpart_name(p: *const c_char, q: *const c_char, plen: usize, qlen: usize);
+    nx_chpart_owner_ => nx_chpart_owner(p: *const c_char, o: I, g: I, plen: usize);
+    nx_chpart_rq_ => nx_chpart_rq(p: *const c_char, rq: I, plen: usize);
+    nx_chpart_sched_ => nx_chpart_sched(p: *const c_char, s: I, plen: usize);
+    nx_pri_ => nx_pri(pg: I, pri: I);
 }

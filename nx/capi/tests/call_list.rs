@@ -181,7 +181,7 @@ fn compile(file: &str, compiler: &str, flags: &[&str], tag: &str) -> PathBuf {
     exe
 }
 
-fn run_ok(exe: &Path, name: &str, n: usize) {
+fn run_ok(exe: &Path, name: &str, n: usize) -> String {
     let o = run_job(n, &Command::new(exe), Duration::from_secs(120));
     let report = format!("--- stdout\n{}\n--- stderr\n{}", o.stdout, o.stderr);
     assert!(o.status.success(), "{name} with {n} ranks failed\n{report}");
@@ -191,6 +191,7 @@ fn run_ok(exe: &Path, name: &str, n: usize) {
             "{name}: node {r} did not report success\n{report}"
         );
     }
+    o.stderr
 }
 
 #[test]
@@ -206,6 +207,10 @@ fn knr_program_builds_with_gnu89_and_the_default() {
 #[test]
 fn fortran_program_builds_with_gfortran() {
     let exe = compile("ftest.f", "gfortran", &["-Wall", "-O1"], "ftest");
-    run_ok(&exe, "ftest", 2);
+    let err = run_ok(&exe, "ftest", 2);
+    assert!(
+        err.contains("fortran mkpart: partition management has no meaning on Linux"),
+        "nx_perror from Fortran\n{err}"
+    );
     run_ok(&exe, "ftest", 4);
 }

@@ -4,7 +4,7 @@ C     a logical and, a handler receive, gsync and dclock.
       PROGRAM FTEST
       INTEGER ME, N, RIGHT, LEFT, INFO(4), MID, K, IV(3), LV(2)
       INTEGER MYNODE, NUMNODES, INFOCOUNT, INFONODE, IRECV, IPROBE
-      INTEGER MYPTYPE, GRAY, GINV
+      INTEGER MYPTYPE, GRAY, GINV, NX_MKPART, MCLOCK, HW(2)
       DOUBLE PRECISION X(2), WORK(2), T0, DCLOCK
       INTEGER SBUF(4), RBUF(4), HBUF(2)
       INTEGER HTYPE, HCOUNT, HNODE
@@ -16,6 +16,12 @@ C     a logical and, a handler receive, gsync and dclock.
       LEFT = MOD(ME + N - 1, N)
       IF (MYPTYPE() .NE. 0) CALL FAIL(ME, 'myptype')
       IF (GINV(GRAY(13)) .NE. 13) CALL FAIL(ME, 'gray')
+C     partitions do not exist here: NX's error, and nx_perror says why
+      IF (NX_MKPART('p', 2, 0) .NE. -1) CALL FAIL(ME, 'nx_mkpart')
+      IF (ME .EQ. 0) CALL NX_PERROR('fortran mkpart')
+      CALL HWCLOCK(HW)
+      IF (MCLOCK() .LT. 0 .OR. (HW(1) .EQ. 0 .AND. HW(2) .EQ. 0))
+     &   CALL FAIL(ME, 'clocks')
       HTYPE = -1
       CALL HRECV(50, HBUF, 8, ONMSG)
       CALL GSYNC()
