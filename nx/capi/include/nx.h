@@ -40,8 +40,11 @@
  * included (gcc -std=gnu89): in C before C23, handler and gopf function parameters are
  * declared without a prototype, as NX declared them, so handlers defined K&R-style or with
  * int parameters are accepted; in C23 and C++, where () means (void), they are prototyped.
- * Fortran: every call has its Fortran binding (mynode_, csend_, ...: arguments by reference,
- * INTEGER = 4 bytes, handlers called with their arguments by reference); link with -lnx.
+ * Fortran: the calls have Fortran bindings (mynode_, csend_, ...: arguments by reference,
+ * INTEGER = 4 bytes, an info array of 4 INTEGERs, handlers called with their arguments by
+ * reference, hwclock into 2 INTEGERs); link with -lnx. Not the ones that take C pointer
+ * arrays or variable lists (nx_app_nodes, nx_loadve, nx_pspart, nx_initve_attr,
+ * nx_mkpart_attr), restrictvol, and the underscore forms (not Fortran names).
  *
  * Process creation (on shared memory, as vmmc-run does it): a program started on its own,
  * not under the launcher, becomes the controlling process of an application with
@@ -52,8 +55,8 @@
  * the job's rendezvous and nx_waitall waits for the nodes. The controlling process is not a
  * node: a message-passing call there makes it a job of one node of its own.
  *
- * What cannot exist on Linux returns -1 with errno EQNOTSUP (the hard forms print why and
- * exit); nx_perror() prints the reason:
+ * What cannot exist on Linux returns -1 with errno EQNOTSUP (killproc and killcube, which
+ * return nothing, print why and exit); nx_perror() prints the reason:
  * - adding processes to a running job: nx_initve, nx_nfork, nx_load ... in a process that
  *   is a node (started by vmmc-run) need the multi-host job spawn, which does not exist
  *   yet; a node list other than all the nodes in order (a job's nodes start together);
