@@ -247,6 +247,9 @@ pub(crate) struct State {
     awaiting: HashMap<(usize, BufId), Mid>,
     next_buf: BufId,
     ready: Vec<(HandlerFn, Info, Option<Vec<u8>>)>,
+    /// Handlers of handler sends (`hsend`) by request, with the sent message's info: queued
+    /// to run when the send completes.
+    send_handlers: HashMap<Mid, (HandlerFn, Info), BuildHasherDefault<MidHasher>>,
     /// Set while `ready` is not empty (read without the lock).
     has_ready: Arc<AtomicBool>,
     /// Handler receives posted (we want notifications of new messages).
@@ -362,6 +365,7 @@ impl Core {
                 awaiting: HashMap::new(),
                 next_buf: LARGE_FIRST,
                 ready: Vec::new(),
+                send_handlers: HashMap::default(),
                 has_ready,
                 handlers_posted: 0,
                 last: None,
@@ -493,6 +497,9 @@ impl Core {
             let Ok(_one) = self.run_handlers.try_lock() else {
                 return; // another thread runs them
             };
+            if self.masked.load(Ordering::Acquire) {
+                return; // masked while waiting: masktrap(0) runs them
+            }
             let ready = {
                 let mut st = self.lock();
                 st.has_ready.store(false, Ordering::Release);
@@ -506,6 +513,13 @@ impl Core {
                 f(info, buf);
             }
             IN_HANDLER.with(|c| c.set(false));
+        }
+    }
+
+    /// Waits until no handler runs (on another thread): after `masktrap(1)`, none starts.
+    pub fn wait_handlers(&self) {
+        if !in_handler() {
+            drop(self.run_handlers.lock().unwrap_or_else(|e| e.into_inner()));
         }
     }
 
@@ -1192,7 +1206,7 @@ impl State {
             self.write_data(p, h, ls.source(), n4)?;
         }
         if let Some(mid) = ls.mid {
-            self.complete(mid, None, None);
+            self.complete_send(mid, ls.owned.take());
         }
         if let Some(v) = ls.safe {
             self.keep_spare(v);
@@ -1285,7 +1299,7 @@ impl State {
         {
             return; // a cancelled receive's word for a send that was not split
         }
-        let Some(ls) = self.large.remove(&id) else {
+        let Some(mut ls) = self.large.remove(&id) else {
             return;
         };
         if let Some(exp) = ls.pulling {
@@ -1294,7 +1308,7 @@ impl State {
             }
         }
         if let Some(mid) = ls.mid {
-            self.complete(mid, None, None);
+            self.complete_send(mid, ls.owned.take());
         }
         if let Some(v) = ls.safe {
             self.keep_spare(v);
@@ -1655,6 +1669,17 @@ impl State {
     /// is released.
     fn complete(&mut self, mid: Mid, info: Option<Info>, err: Option<NxError>) {
         self.completions += 1;
+        if let Some((f, sent)) = self.send_handlers.remove(&mid) {
+            self.reqs.remove(&mid);
+            match err {
+                // Nobody waits for this send: its failure shows at the next call.
+                Some(e) => {
+                    self.deferred.get_or_insert(e);
+                }
+                None => self.queue_handler(f, sent),
+            }
+            return;
+        }
         let Some(r) = self.reqs.get_mut(&mid) else {
             return;
         };
@@ -1737,6 +1762,31 @@ impl State {
             },
         );
         mid
+    }
+
+    /// A zero-copy send is complete: a handler send's handler gets its buffer back.
+    fn complete_send(&mut self, mid: Mid, owned: Option<Vec<u8>>) {
+        match self.send_handlers.remove(&mid) {
+            Some((f, sent)) => {
+                self.completions += 1;
+                self.reqs.remove(&mid);
+                self.ready.push((f, sent, owned));
+                self.has_ready.store(true, Ordering::Release);
+            }
+            None => self.complete(mid, None, None),
+        }
+    }
+
+    /// Queues `f` to run with `info` (by [`Core::run_ready`], outside the lock).
+    pub fn queue_handler(&mut self, f: HandlerFn, info: Info) {
+        self.ready.push((f, info, None));
+        self.has_ready.store(true, Ordering::Release);
+    }
+
+    /// Makes send request `mid` a handler send: released when complete, then `f` runs with
+    /// `info` (the sent message's).
+    pub fn on_send_done(&mut self, mid: Mid, f: HandlerFn, info: Info) {
+        self.send_handlers.insert(mid, (f, info));
     }
 
     /// Attaches request `mid` to zero-copy send `id`.

@@ -54,6 +54,10 @@ pub enum NxError {
     /// The VMMC layer failed.
     #[error("vmmc: {0}")]
     Vmmc(vmmc::Error),
+    /// The call has no meaning on Linux, or needs what this job does not have (the text
+    /// says which: partition management, process creation outside the launcher, ...).
+    #[error("{0} (EQNOTSUP)")]
+    Unsupported(&'static str),
 }
 
 impl From<vmmc::Error> for NxError {
@@ -79,6 +83,7 @@ impl NxError {
             NxError::NotAllowed(_) => 8,
             NxError::Config(_) => 9,
             NxError::Vmmc(_) => 10,
+            NxError::Unsupported(_) => 11,
         }
     }
 }
@@ -97,6 +102,7 @@ pub fn error_str(code: i32) -> &'static str {
         8 => "operation not allowed here (EQNOTALLOWED)",
         9 => "bad setting (EQCONFIG)",
         10 => "communication layer failure (EQVMMC)",
+        11 => "not available on Linux or in this job (EQNOTSUP)",
         _ => "unknown NX error",
     }
 }

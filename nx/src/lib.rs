@@ -360,6 +360,102 @@ impl Nx {
         Ok(mid)
     }
 
+    /// A handler send (`hsend`, `hsendx`): starts sending `buf`, which the request owns, and
+    /// returns; when the send completes, `handler` runs with the sent message's info (its
+    /// type, length, destination node and process type) and gets the buffer back, as
+    /// handlers of handler receives run (one at a time, held while masked by
+    /// [`Nx::masktrap`]). A one-copy message is complete at once; a zero-copy one asks its
+    /// receiver to notify the reply, so that the handler runs without this process calling
+    /// NX again.
+    pub fn hsend(
+        &self,
+        mtype: i64,
+        buf: Vec<u8>,
+        node: i64,
+        ptype: i64,
+        handler: impl FnMut(Info, Vec<u8>) + Send + 'static,
+    ) -> Result<()> {
+        let data = UserBuf::lent(&buf);
+        self.hsend_inner(mtype, data, Some(buf), node, ptype, handler)
+    }
+
+    /// [`Nx::hsend`] from memory the caller lends (`hsend` of the C ABI); the handler gets an
+    /// empty buffer.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid and unmodified until the handler has run.
+    pub unsafe fn hsend_raw(
+        &self,
+        mtype: i64,
+        ptr: *const u8,
+        len: usize,
+        node: i64,
+        ptype: i64,
+        handler: impl FnMut(Info) + Send + 'static,
+    ) -> Result<()> {
+        // SAFETY: this function's contract is `UserBuf::new`'s.
+        let data = unsafe { UserBuf::new(ptr as *mut u8, len) };
+        let mut handler = handler;
+        self.hsend_inner(mtype, data, None, node, ptype, move |i, _| handler(i))
+    }
+
+    fn hsend_inner(
+        &self,
+        mtype: i64,
+        data: UserBuf,
+        owned: Option<Vec<u8>>,
+        node: i64,
+        ptype: i64,
+        handler: impl FnMut(Info, Vec<u8>) + Send + 'static,
+    ) -> Result<()> {
+        check_type(mtype)?;
+        check_ptype(ptype)?;
+        let p = self.check_node(node)?;
+        let info = Info {
+            mtype,
+            count: data.len(),
+            node: p,
+            ptype,
+        };
+        let mut handler = handler;
+        {
+            let mut st = self.core.lock();
+            st.progress(false)?;
+            if data.len() <= self.threshold() || p == self.core.me {
+                st.send_small_nb(p, false, mtype, data.bytes())?;
+                let mut owned = owned;
+                let f: HandlerFn =
+                    Box::new(move |i, _| handler(i, owned.take().unwrap_or_default()));
+                st.queue_handler(f, info);
+            } else {
+                // The request owns the buffer until the send completes; the handler gets
+                // it back then.
+                let id = st.start_large(p, false, mtype, data, owned, false)?;
+                let mid = st.new_send_req(Some(id));
+                let f: HandlerFn = Box::new(move |i, b| handler(i, b.unwrap_or_default()));
+                st.on_send_done(mid, f, info);
+                st.bind_large(id, mid);
+                st.want_reply_notice(id)?;
+            }
+        }
+        self.core.run_ready();
+        Ok(())
+    }
+
+    /// Sends a message to each node of `nodes` (`gsendx`), to the process of this process's
+    /// type there. Every node is checked before anything is sent.
+    pub fn gsendx(&self, mtype: i64, buf: &[u8], nodes: &[i64]) -> Result<()> {
+        check_type(mtype)?;
+        for &n in nodes {
+            self.check_node(n)?;
+        }
+        let ptype = self.myptype();
+        for &n in nodes {
+            self.csend(mtype, buf, n, ptype)?;
+        }
+        Ok(())
+    }
+
     // ----- receiving -----
 
     /// Receives a message of a type `typesel` selects into `buf` (`crecv`); returns its
@@ -539,13 +635,17 @@ impl Nx {
     }
 
     /// Masks (`true`) or unmasks handler receives' handlers (`masktrap`); returns the previous
-    /// state. While masked, handlers of messages that arrive wait; unmasking runs them.
+    /// state. While masked, handlers of messages that arrive wait (masking waits for a
+    /// handler running on another thread to finish); unmasking runs them.
     pub fn masktrap(&self, mask: bool) -> bool {
         let old = self
             .core
             .masked
             .swap(mask, std::sync::atomic::Ordering::AcqRel);
-        if !mask {
+        if mask {
+            // A handler already running on another thread finishes before this returns.
+            self.core.wait_handlers();
+        } else {
             self.core.run_ready();
         }
         old
@@ -644,6 +744,38 @@ impl Nx {
     /// Releases a request without waiting (`msgignore`); it completes in the background.
     pub fn msgignore(&self, mid: Mid) -> Result<()> {
         self.core.lock().ignore(mid)
+    }
+
+    /// Discards the messages selected by type, node and process type that have arrived
+    /// (`flushmsg`); returns how many. The info of the last message received or probed is
+    /// left as it was.
+    pub fn flushmsg(&self, typesel: i64, nodesel: i64, ptypesel: i64) -> Result<usize> {
+        let sel = self.check_sel(typesel, nodesel, ptypesel, false)?;
+        let last = self.core.lock().last;
+        let mut flushed = 0;
+        let r = loop {
+            let found = {
+                let mut st = self.core.lock();
+                match st.progress(false) {
+                    Ok(()) => st.probe(sel),
+                    Err(e) => break Err(e),
+                }
+            };
+            let Some(i) = found else { break Ok(flushed) };
+            // The message probed, or another one the selector takes: either goes.
+            let one = Sel {
+                nodesel: i.node as i64,
+                ..sel
+            };
+            let mut v = vec![0u8; i.count];
+            match self.recv_blocking(one, &mut v) {
+                Ok(_) | Err(NxError::MessageTooLong { .. }) => flushed += 1,
+                Err(e) => break Err(e),
+            }
+        };
+        self.core.lock().last = last;
+        self.core.run_ready();
+        r
     }
 
     // ----- probes and info -----
@@ -823,6 +955,36 @@ impl Nx {
     /// Global bitwise or of longs (`gior`).
     pub fn gior(&self, x: &mut [i64]) -> Result<()> {
         self.gop(x, |a, b| a | b)
+    }
+
+    /// Global bitwise exclusive or of longs (`gixor`).
+    pub fn gixor(&self, x: &mut [i64]) -> Result<()> {
+        self.gop(x, |a, b| a ^ b)
+    }
+    /// Global logical and (`gland`): nonzero is true; every element becomes 1 or 0.
+    pub fn gland(&self, x: &mut [i64]) -> Result<()> {
+        self.glogical(x, |a, b| a && b)
+    }
+    /// Global logical or (`glor`): nonzero is true; every element becomes 1 or 0.
+    pub fn glor(&self, x: &mut [i64]) -> Result<()> {
+        self.glogical(x, |a, b| a || b)
+    }
+    /// Global logical exclusive or (`glxor`): nonzero is true; every element becomes 1 or 0.
+    pub fn glxor(&self, x: &mut [i64]) -> Result<()> {
+        self.glogical(x, |a, b| a != b)
+    }
+
+    /// A logical global operation on elements of any integer type (Fortran's LOGICAL is 4
+    /// bytes, C's long 8).
+    pub fn glogical<T: Elem + Default + PartialEq + From<bool>>(
+        &self,
+        x: &mut [T],
+        f: impl Fn(bool, bool) -> bool,
+    ) -> Result<()> {
+        for v in x.iter_mut() {
+            *v = T::from(*v != T::default());
+        }
+        self.gop(x, |a, b| T::from(f(a != T::default(), b != T::default())))
     }
 
     /// Global operation with a user function on raw bytes (`gopf`): `f(acc, other)` folds

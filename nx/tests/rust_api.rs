@@ -594,3 +594,122 @@ fn handler_receives_run_without_nx_calls() {
         }
     });
 }
+
+fn handler_sends_and_more_body() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let nx = nx();
+    let (me, n) = (nx.mynode(), nx.numnodes());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let t = nx.threshold();
+    // hsend of a one-copy and a zero-copy message: the handlers get the buffers back, and
+    // run while this process spins without calling NX.
+    let done = Arc::new(AtomicUsize::new(0));
+    let back = Arc::new(Mutex::new(Vec::new()));
+    for (k, len) in [10, t + 100].into_iter().enumerate() {
+        let (done, back) = (done.clone(), back.clone());
+        let msg = pattern((me as u64) << 8 | k as u64, len);
+        nx.hsend(50 + k as i64, msg, right, 0, move |i, b| {
+            back.lock()
+                .unwrap()
+                .push((i.mtype, i.count, i.node, b.len()));
+            done.fetch_add(1, Ordering::AcqRel);
+        })
+        .unwrap();
+    }
+    for (k, len) in [10, t + 100].into_iter().enumerate() {
+        let mut got = vec![0u8; len];
+        let i = nx.crecvx(50 + k as i64, &mut got, left, -1).unwrap();
+        assert_eq!(i.count, len);
+        same(
+            &got,
+            &pattern((left as u64) << 8 | k as u64, len),
+            "hsend data",
+        );
+    }
+    let t0 = std::time::Instant::now();
+    while done.load(Ordering::Acquire) < 2 {
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the hsend handlers did not run"
+        );
+        std::hint::spin_loop();
+    }
+    let mut b = back.lock().unwrap().clone();
+    b.sort();
+    assert_eq!(
+        b,
+        vec![
+            (50, 10, right as usize, 10),
+            (51, t + 100, right as usize, t + 100)
+        ]
+    );
+    assert!(matches!(
+        nx.hsend(1, vec![1], n, 0, |_, _| {}),
+        Err(NxError::InvalidNode(_))
+    ));
+    nx.gsync().unwrap();
+    // gsendx from node 0 to the others; a bad node sends nothing.
+    if me == 0 {
+        let others: Vec<i64> = (1..n).collect();
+        nx.gsendx(60, b"all", &others).unwrap();
+        assert!(nx.gsendx(61, b"none", &[1, n]).is_err());
+    } else {
+        let mut got = [0u8; 8];
+        assert_eq!(nx.crecv(60, &mut got).unwrap(), 3);
+        assert_eq!(&got[..3], b"all");
+    }
+    // flushmsg: node 1's three type-70 messages go, its 71 stays.
+    if me == 1 {
+        for len in [1, 2, 3] {
+            nx.csend(70, &vec![7; len], 0, 0).unwrap();
+        }
+        nx.csend(71, b"stay", 0, 0).unwrap();
+    } else if me == 0 {
+        nx.cprobe(71).unwrap();
+        assert_eq!(nx.flushmsg(70, 1, -1).unwrap(), 3);
+        assert_eq!(
+            nx.info().map(|i| i.mtype),
+            Some(71),
+            "flushmsg keeps the info"
+        );
+        assert!(nx.iprobe(70).unwrap().is_none() && nx.iprobe(61).unwrap().is_none());
+        let mut got = [0u8; 8];
+        assert_eq!(nx.crecv(71, &mut got).unwrap(), 4);
+    }
+    // Logical global operations: nonzero is true, results are 1 or 0.
+    let init = || vec![me + 1, 0, (me == 0) as i64];
+    let mut x = init();
+    nx.gland(&mut x).unwrap();
+    assert_eq!(x, vec![1, 0, (n == 1) as i64]);
+    let mut x = init();
+    nx.glor(&mut x).unwrap();
+    assert_eq!(x, vec![1, 0, 1]);
+    let mut x = init();
+    nx.glxor(&mut x).unwrap();
+    assert_eq!(x, vec![n % 2, 0, 1]);
+    let mut x = vec![me + 1];
+    nx.gixor(&mut x).unwrap();
+    assert_eq!(x, vec![(1..=n).fold(0, |a, b| a ^ b)]);
+    nx.gsync().unwrap();
+}
+
+#[test]
+fn handler_sends_gsendx_flushmsg_and_logical_operations() {
+    as_job(
+        "handler_sends_gsendx_flushmsg_and_logical_operations",
+        3,
+        &[],
+        handler_sends_and_more_body,
+    );
+}
+
+#[test]
+fn handler_sends_etc_with_a_small_threshold() {
+    as_job(
+        "handler_sends_etc_with_a_small_threshold",
+        2,
+        &[("NX_THRESHOLD", "16384")],
+        handler_sends_and_more_body,
+    );
+}

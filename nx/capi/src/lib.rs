@@ -4,6 +4,10 @@
 //! `include/nx.h` declares them. A program written for NX compiles with `cc prog.c -lnx` and
 //! runs under the launcher (`vmmc-run -n N -- ./prog`).
 //!
+//! Beside the C calls, the module `fortran` has the Fortran bindings, `paragon` the rest of the
+//! Paragon's message-passing calls, `compat` the iPSC compatibility, application and
+//! partition calls, and `spawn` process creation (`nx_initve`, `nx_nfork`, `nx_load`).
+//!
 //! # Conventions
 //! - The process joins the job (through [`vmmc_run::init`]) on its first NX call; the
 //!   library's settings come from the environment (`NX_SMALL`, `NX_THRESHOLD`, `NX_SLOTS`).
@@ -23,6 +27,11 @@ use std::ffi::{c_char, c_long, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, Once, OnceLock};
 
+mod compat;
+mod fortran;
+mod paragon;
+mod spawn;
+
 /// A handler of `hrecv`: the message's type, length, node and process type.
 pub type HrecvHandler = extern "C" fn(c_long, c_long, c_long, c_long);
 /// A handler of `hrecvx`: as `hrecv`'s, with the caller's `hparam` last.
@@ -32,9 +41,15 @@ pub type GopfFn = extern "C" fn(*mut c_void, *mut c_void) -> c_long;
 
 struct Global {
     nx: Nx,
-    /// `info` arrays of pending `irecvx` calls, filled when the receive completes.
-    infos: Mutex<HashMap<i64, usize>>,
+    /// `info` arrays of pending `irecvx` calls, filled when the receive completes: the
+    /// address, and whether it is Fortran's (4-byte INTEGERs) rather than C's longs.
+    infos: Mutex<HashMap<i64, (usize, bool)>>,
+    /// Ids made by `msgmerge` (and `isendrecv`), each standing for the requests it merged.
+    merged: Mutex<HashMap<i64, Vec<i64>>>,
 }
+
+/// The first id `msgmerge` gives: far above the library's own request ids.
+const MERGED_FIRST: i64 = 1 << 48;
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
@@ -47,6 +62,10 @@ fn global() -> Result<&'static Global, NxError> {
                 cfg.reg_cache = true;
             }
             let nx = Nx::with_config(ep, cfg).map_err(|e| format!("cannot start NX: {e}"))?;
+            // The process type nx_nfork or nx_load gave this node.
+            if let Some(p) = std::env::var("NX_PTYPE").ok().and_then(|v| v.parse().ok()) {
+                nx.setptype(p).map_err(|e| format!("NX_PTYPE: {e}"))?;
+            }
             static AT_EXIT: Once = Once::new();
             AT_EXIT.call_once(|| {
                 // SAFETY: registers a function with static lifetime that never unwinds.
@@ -55,6 +74,7 @@ fn global() -> Result<&'static Global, NxError> {
             Ok(Global {
                 nx,
                 infos: Mutex::default(),
+                merged: Mutex::default(),
             })
         })
         .as_ref()
@@ -109,11 +129,13 @@ fn die(msg: &str) -> ! {
 
 /// Runs the underscore form of a call: -1 and `errno` on error.
 fn soft(f: impl FnOnce() -> Result<c_long, NxError>) -> c_long {
-    let code = match catch_unwind(AssertUnwindSafe(f)) {
+    let e = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => return v,
-        Ok(Err(e)) => e.code(),
-        Err(_) => NxError::NotAllowed("internal failure").code(),
+        Ok(Err(e)) => e,
+        Err(_) => NxError::NotAllowed("internal failure"),
     };
+    let code = e.code();
+    compat::remember(code, e.to_string());
     // SAFETY: errno is the calling thread's own variable.
     unsafe { *libc::__errno_location() = code };
     -1
@@ -198,10 +220,10 @@ pub extern "C" fn myptype() -> c_long {
     fatal("myptype", || Ok(nx()?.myptype() as c_long))
 }
 
-/// Sets this process's type; 0.
+/// Sets this process's type.
 #[no_mangle]
-pub extern "C" fn setptype(ptype: c_long) -> c_long {
-    fatal("setptype", || nx()?.setptype(ptype as i64).map(|()| 0))
+pub extern "C" fn setptype(ptype: c_long) {
+    fatal("setptype", || nx()?.setptype(ptype as i64));
 }
 
 /// Masks (1) or unmasks (0) the handlers of handler receives; returns the previous state.
@@ -246,14 +268,14 @@ pub extern "C" fn dclock() -> f64 {
 pub extern "C" fn nx_strerror(code: c_long) -> *const c_char {
     static TABLE: OnceLock<Vec<std::ffi::CString>> = OnceLock::new();
     let t = TABLE.get_or_init(|| {
-        (0..=11)
+        (0..=12)
             .map(|c| std::ffi::CString::new(nx::error_str(c)).expect("no NUL"))
             .collect()
     });
     let i = usize::try_from(code)
         .ok()
         .filter(|&i| i < t.len())
-        .unwrap_or(11);
+        .unwrap_or(12);
     t[i].as_ptr()
 }
 
@@ -440,7 +462,7 @@ fn do_irecvx(
         g.infos
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(mid, info as usize);
+            .insert(mid, (info as usize, false));
     }
     Ok(mid as c_long)
 }
@@ -503,14 +525,33 @@ fn completed(g: &Global, mid: i64, info: Option<Info>) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&mid);
-    if let (Some(p), Some(i)) = (p, info) {
+    match (p, info) {
         // SAFETY: the array given to irecvx, which NX requires to stay valid until then.
-        unsafe { put_info(p as *mut c_long, i) };
+        (Some((p, false)), Some(i)) => unsafe { put_info(p as *mut c_long, i) },
+        // SAFETY: as above, a Fortran INTEGER array.
+        (Some((p, true)), Some(i)) => unsafe { fortran::put_info(p as *mut std::ffi::c_int, i) },
+        _ => {}
     }
 }
 
 fn do_msgwait(mid: c_long) -> Result<c_long, NxError> {
     let g = global()?;
+    if let Some(parts) = take_merged(g, mid) {
+        // In order: for isendrecv the reply, waited for last, leaves its info.
+        let mut len = 0;
+        for (i, &m) in parts.iter().enumerate() {
+            match do_msgwait(m as c_long) {
+                Ok(n) => len = n,
+                Err(e) => {
+                    for &rest in &parts[i + 1..] {
+                        let _ = g.nx.msgignore(rest);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        return Ok(len);
+    }
     let c = g.nx.msgwait(mid as i64);
     let c = c?;
     completed(g, mid as i64, c.info);
@@ -531,6 +572,30 @@ pub extern "C" fn _msgwait(mid: c_long) -> c_long {
 
 fn do_msgdone(mid: c_long) -> Result<c_long, NxError> {
     let g = global()?;
+    if let Some(parts) = take_merged(g, mid) {
+        let mut left = Vec::new();
+        let mut failed = None;
+        for m in parts {
+            match do_msgdone(m as c_long) {
+                Ok(1) => {}
+                Ok(_) => left.push(m),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            for m in left {
+                let _ = g.nx.msgignore(m);
+            }
+            return Err(e);
+        }
+        if left.is_empty() {
+            return Ok(1);
+        }
+        lock(&g.merged).insert(mid as i64, left);
+        return Ok(0);
+    }
     match g.nx.msgdone(mid as i64)? {
         Some(c) => {
             completed(g, mid as i64, c.info);
@@ -554,6 +619,12 @@ pub extern "C" fn _msgdone(mid: c_long) -> c_long {
 
 fn do_msgcancel(mid: c_long) -> Result<c_long, NxError> {
     let g = global()?;
+    if let Some(parts) = take_merged(g, mid) {
+        for m in parts {
+            do_msgcancel(m as c_long)?;
+        }
+        return Ok(0);
+    }
     g.nx.msgcancel(mid as i64)?;
     g.infos
         .lock()
@@ -574,17 +645,85 @@ pub extern "C" fn _msgcancel(mid: c_long) -> c_long {
     soft(|| do_msgcancel(mid))
 }
 
+fn do_msgignore(mid: c_long) -> Result<c_long, NxError> {
+    let g = global()?;
+    if let Some(parts) = take_merged(g, mid) {
+        for m in parts {
+            do_msgignore(m as c_long)?;
+        }
+        return Ok(0);
+    }
+    lock(&g.infos).remove(&(mid as i64));
+    g.nx.msgignore(mid as i64).map(|()| 0)
+}
+
 /// Releases a request without waiting for it.
 #[no_mangle]
 pub extern "C" fn msgignore(mid: c_long) {
-    fatal("msgignore", || {
-        let g = global()?;
-        g.infos
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(mid as i64));
-        g.nx.msgignore(mid as i64)
-    });
+    fatal("msgignore", || do_msgignore(mid));
+}
+
+/// `msgignore` returning -1 and setting errno on error.
+#[no_mangle]
+pub extern "C" fn _msgignore(mid: c_long) -> c_long {
+    soft(|| do_msgignore(mid))
+}
+
+/// The requests a merged id stands for (the id is released), or `None` for a plain id.
+fn take_merged(g: &Global, mid: c_long) -> Option<Vec<i64>> {
+    if (mid as i64) < MERGED_FIRST {
+        return None;
+    }
+    lock(&g.merged).remove(&(mid as i64))
+}
+
+/// A mutex's contents, even after a panic elsewhere.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn do_msgmerge(mid1: c_long, mid2: c_long) -> Result<c_long, NxError> {
+    let g = global()?;
+    let mut parts = Vec::new();
+    for m in [mid1, mid2] {
+        if m == -1 {
+            continue;
+        }
+        if m < 0 {
+            return Err(NxError::InvalidMid(m as i64));
+        }
+        match take_merged(g, m) {
+            Some(p) => parts.extend(p),
+            None if (m as i64) >= MERGED_FIRST => return Err(NxError::InvalidMid(m as i64)),
+            None => parts.push(m as i64),
+        }
+    }
+    match parts.len() {
+        0 => Err(NxError::InvalidMid(-1)),
+        1 => Ok(parts[0] as c_long),
+        _ => Ok(merge_ids(g, parts)),
+    }
+}
+
+/// A new merged id for `parts`.
+fn merge_ids(g: &Global, parts: Vec<i64>) -> c_long {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(MERGED_FIRST);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    lock(&g.merged).insert(id, parts);
+    id as c_long
+}
+
+/// Merges two requests into one id that msgwait, msgdone, msgcancel and msgignore treat as
+/// both (either may itself be merged, or -1 for none).
+#[no_mangle]
+pub extern "C" fn msgmerge(mid1: c_long, mid2: c_long) -> c_long {
+    fatal("msgmerge", || do_msgmerge(mid1, mid2))
+}
+
+/// `msgmerge` returning -1 and setting errno on error.
+#[no_mangle]
+pub extern "C" fn _msgmerge(mid1: c_long, mid2: c_long) -> c_long {
+    soft(|| do_msgmerge(mid1, mid2))
 }
 
 // ----- probes and info -----
@@ -740,9 +879,30 @@ pub unsafe extern "C" fn csendrecv(
     })
 }
 
+fn do_hrecv(
+    typesel: c_long,
+    buf: *mut c_void,
+    count: c_long,
+    handler: Option<HrecvHandler>,
+) -> Result<c_long, NxError> {
+    let n = check_buf(buf, count)?;
+    let h = handler.ok_or(NxError::NotAllowed("hrecv: NULL handler"))?;
+    // SAFETY: NX's contract: the buffer stays valid until the handler has run.
+    let mid = unsafe {
+        nx()?.hrecv_raw(typesel as i64, buf.cast(), n, -1, -1, move |i| {
+            h(
+                i.mtype as c_long,
+                to_long(i.count),
+                i.node as c_long,
+                i.ptype as c_long,
+            )
+        })?
+    };
+    Ok(mid as c_long)
+}
+
 /// A handler receive: when a message of a type `typesel` selects arrives, it is stored in
-/// `buf` and `handler(type, count, node, ptype)` runs. Returns the receive's id (for
-/// msgcancel).
+/// `buf` and `handler(type, count, node, ptype)` runs.
 /// # Safety
 /// Pointer arguments are valid for the lengths given, as NX requires of its callers.
 #[no_mangle]
@@ -751,23 +911,54 @@ pub unsafe extern "C" fn hrecv(
     buf: *mut c_void,
     count: c_long,
     handler: Option<HrecvHandler>,
+) {
+    fatal("hrecv", || do_hrecv(typesel, buf, count, handler));
+}
+
+/// `hrecv` returning the receive's id (for msgcancel), or -1 and errno.
+/// # Safety
+/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+#[no_mangle]
+pub unsafe extern "C" fn _hrecv(
+    typesel: c_long,
+    buf: *mut c_void,
+    count: c_long,
+    handler: Option<HrecvHandler>,
 ) -> c_long {
-    fatal("hrecv", || {
-        let n = check_buf(buf, count)?;
-        let h = handler.ok_or(NxError::NotAllowed("hrecv: NULL handler"))?;
-        // SAFETY: NX's contract: the buffer stays valid until the handler has run.
-        let mid = unsafe {
-            nx()?.hrecv_raw(typesel as i64, buf.cast(), n, -1, -1, move |i| {
+    soft(|| do_hrecv(typesel, buf, count, handler))
+}
+
+fn do_hrecvx(
+    typesel: c_long,
+    buf: *mut c_void,
+    count: c_long,
+    nodesel: c_long,
+    ptypesel: c_long,
+    handler: Option<HrecvxHandler>,
+    hparam: c_long,
+) -> Result<c_long, NxError> {
+    let n = check_buf(buf, count)?;
+    let h = handler.ok_or(NxError::NotAllowed("hrecvx: NULL handler"))?;
+    // SAFETY: NX's contract: the buffer stays valid until the handler has run.
+    let mid = unsafe {
+        nx()?.hrecv_raw(
+            typesel as i64,
+            buf.cast(),
+            n,
+            nodesel as i64,
+            ptypesel as i64,
+            move |i| {
                 h(
                     i.mtype as c_long,
                     to_long(i.count),
                     i.node as c_long,
                     i.ptype as c_long,
+                    hparam,
                 )
-            })?
-        };
-        Ok(mid as c_long)
-    })
+            },
+        )?
+    };
+    Ok(mid as c_long)
 }
 
 /// `hrecv` with node and process-type selection; the handler gets `hparam` last.
@@ -782,31 +973,26 @@ pub unsafe extern "C" fn hrecvx(
     ptypesel: c_long,
     handler: Option<HrecvxHandler>,
     hparam: c_long,
-) -> c_long {
+) {
     fatal("hrecvx", || {
-        let n = check_buf(buf, count)?;
-        let h = handler.ok_or(NxError::NotAllowed("hrecvx: NULL handler"))?;
-        // SAFETY: NX's contract: the buffer stays valid until the handler has run.
-        let mid = unsafe {
-            nx()?.hrecv_raw(
-                typesel as i64,
-                buf.cast(),
-                n,
-                nodesel as i64,
-                ptypesel as i64,
-                move |i| {
-                    h(
-                        i.mtype as c_long,
-                        to_long(i.count),
-                        i.node as c_long,
-                        i.ptype as c_long,
-                        hparam,
-                    )
-                },
-            )?
-        };
-        Ok(mid as c_long)
-    })
+        do_hrecvx(typesel, buf, count, nodesel, ptypesel, handler, hparam)
+    });
+}
+
+/// `hrecvx` returning the receive's id (for msgcancel), or -1 and errno.
+/// # Safety
+/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+#[no_mangle]
+pub unsafe extern "C" fn _hrecvx(
+    typesel: c_long,
+    buf: *mut c_void,
+    count: c_long,
+    nodesel: c_long,
+    ptypesel: c_long,
+    handler: Option<HrecvxHandler>,
+    hparam: c_long,
+) -> c_long {
+    soft(|| do_hrecvx(typesel, buf, count, nodesel, ptypesel, handler, hparam))
 }
 
 // ----- global operations -----
@@ -823,45 +1009,89 @@ pub extern "C" fn _gsync() -> c_long {
     soft(|| nx()?.gsync().map(|()| 0))
 }
 
-macro_rules! global_op {
-    ($($name:ident, $t:ty, $method:ident, $what:literal;)*) => {$(
-        #[doc = concat!("Global ", $what, " of `n` elements of `x`, left in `x` on every node (`work` is not needed).")]
+/// The `n` elements at `x`, checked.
+///
 /// # Safety
-/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+/// `x` holds `n` elements (or `n` is 0).
+unsafe fn elems<'a, T>(x: *mut T, n: c_long) -> Result<&'a mut [T], NxError> {
+    let n = len_of(n)?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if x.is_null() {
+        return Err(NxError::InvalidLength(n as i64));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(x, n) })
+}
+
+macro_rules! global_op {
+    ($($name:ident, $soft:ident, $t:ty, $method:ident, $what:literal;)*) => {$(
+        #[doc = concat!("Global ", $what, " of `n` elements of `x`, left in `x` on every node (`work` is not needed).")]
+        /// # Safety
+        /// Pointer arguments are valid for the lengths given, as NX requires of its callers.
         #[no_mangle]
         pub unsafe extern "C" fn $name(x: *mut $t, n: c_long, _work: *mut $t) {
-            fatal(stringify!($name), || {
-                let n = len_of(n)?;
-                if x.is_null() && n > 0 {
-                    return Err(NxError::InvalidLength(n as i64));
-                }
-                let v: &mut [$t] = if n == 0 {
-                    &mut []
-                } else {
-                    // SAFETY: NX's contract: `x` holds `n` elements.
-                    unsafe { std::slice::from_raw_parts_mut(x, n) }
-                };
-                nx()?.$method(v)
-            })
+            // SAFETY: NX's contract: `x` holds `n` elements.
+            fatal(stringify!($name), || nx()?.$method(unsafe { elems(x, n) }?));
+        }
+
+        #[doc = concat!("`", stringify!($name), "` returning -1 and setting errno on error.")]
+        /// # Safety
+        /// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+        #[no_mangle]
+        pub unsafe extern "C" fn $soft(x: *mut $t, n: c_long, _work: *mut $t) -> c_long {
+            // SAFETY: NX's contract: `x` holds `n` elements.
+            soft(|| nx()?.$method(unsafe { elems(x, n) }?).map(|()| 0))
         }
     )*};
 }
 
 global_op! {
-    gdsum, f64, gdsum, "sum of doubles";
-    gssum, f32, gssum, "sum of floats";
-    gsprod, f32, gsprod, "product of floats";
-    gshigh, f32, gshigh, "maximum of floats";
-    gslow, f32, gslow, "minimum of floats";
-    gisum, c_long, gisum, "sum of longs";
-    gdprod, f64, gdprod, "product of doubles";
-    giprod, c_long, giprod, "product of longs";
-    gdhigh, f64, gdhigh, "maximum of doubles";
-    gdlow, f64, gdlow, "minimum of doubles";
-    gihigh, c_long, gihigh, "maximum of longs";
-    gilow, c_long, gilow, "minimum of longs";
-    giand, c_long, giand, "bitwise and of longs";
-    gior, c_long, gior, "bitwise or of longs";
+    gdsum, _gdsum, f64, gdsum, "sum of doubles";
+    gssum, _gssum, f32, gssum, "sum of floats";
+    gsprod, _gsprod, f32, gsprod, "product of floats";
+    gshigh, _gshigh, f32, gshigh, "maximum of floats";
+    gslow, _gslow, f32, gslow, "minimum of floats";
+    gisum, _gisum, c_long, gisum, "sum of longs";
+    gdprod, _gdprod, f64, gdprod, "product of doubles";
+    giprod, _giprod, c_long, giprod, "product of longs";
+    gdhigh, _gdhigh, f64, gdhigh, "maximum of doubles";
+    gdlow, _gdlow, f64, gdlow, "minimum of doubles";
+    gihigh, _gihigh, c_long, gihigh, "maximum of longs";
+    gilow, _gilow, c_long, gilow, "minimum of longs";
+    giand, _giand, c_long, giand, "bitwise and of longs";
+    gior, _gior, c_long, gior, "bitwise or of longs";
+    gixor, _gixor, c_long, gixor, "bitwise exclusive or of longs";
+    gland, _gland, c_long, gland, "logical and (1 or 0) of longs";
+    glor, _glor, c_long, glor, "logical or (1 or 0) of longs";
+    glxor, _glxor, c_long, glxor, "logical exclusive or (1 or 0) of longs";
+}
+
+fn do_gcol(
+    x: *const c_void,
+    xlen: c_long,
+    y: *mut c_void,
+    ylen: c_long,
+    ncnt: *mut c_long,
+) -> Result<c_long, NxError> {
+    let xn = check_buf(x, xlen)?;
+    let yn = check_buf(y, ylen)?;
+    // SAFETY: the caller's buffers, valid for their lengths.
+    let (xs, ys) = unsafe { (bytes(x, xn), bytes_mut(y, yn)) };
+    let (all, _) = nx()?.gcolx(xs)?;
+    if all.len() > yn {
+        return Err(NxError::MessageTooLong {
+            len: all.len(),
+            cap: yn,
+        });
+    }
+    ys[..all.len()].copy_from_slice(&all);
+    if !ncnt.is_null() {
+        // SAFETY: a non-NULL pointer to a long.
+        unsafe { *ncnt = to_long(all.len()) };
+    }
+    Ok(0)
 }
 
 /// Concatenates every node's `xlen` bytes of `x` in node order into `y` (of `ylen` bytes);
@@ -876,25 +1106,40 @@ pub unsafe extern "C" fn gcol(
     ylen: c_long,
     ncnt: *mut c_long,
 ) {
-    fatal("gcol", || {
-        let xn = check_buf(x, xlen)?;
-        let yn = check_buf(y, ylen)?;
-        // SAFETY: the caller's buffers, valid for their lengths.
-        let (xs, ys) = unsafe { (bytes(x, xn), bytes_mut(y, yn)) };
-        let (all, _) = nx()?.gcolx(xs)?;
-        if all.len() > yn {
-            return Err(NxError::MessageTooLong {
-                len: all.len(),
-                cap: yn,
-            });
-        }
-        ys[..all.len()].copy_from_slice(&all);
-        if !ncnt.is_null() {
-            // SAFETY: a non-NULL pointer to a long.
-            unsafe { *ncnt = to_long(all.len()) };
-        }
-        Ok(())
-    })
+    fatal("gcol", || do_gcol(x, xlen, y, ylen, ncnt));
+}
+
+/// `gcol` returning -1 and setting errno on error.
+/// # Safety
+/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+#[no_mangle]
+pub unsafe extern "C" fn _gcol(
+    x: *const c_void,
+    xlen: c_long,
+    y: *mut c_void,
+    ylen: c_long,
+    ncnt: *mut c_long,
+) -> c_long {
+    soft(|| do_gcol(x, xlen, y, ylen, ncnt))
+}
+
+fn do_gcolx(x: *const c_void, xlens: *const c_long, y: *mut c_void) -> Result<c_long, NxError> {
+    let n = nx()?.numnodes() as usize;
+    if xlens.is_null() {
+        return Err(NxError::InvalidLength(-1));
+    }
+    // SAFETY: NX's contract: one length per node.
+    let lens = unsafe { std::slice::from_raw_parts(xlens, n) };
+    let mine = check_buf(x, lens[nx()?.mynode() as usize])?;
+    let total = lens.iter().map(|&l| len_of(l)).sum::<Result<usize, _>>()?;
+    // SAFETY: the caller's buffers: `x` holds this node's length, `y` the total.
+    let (xs, ys) = unsafe { (bytes(x, mine), bytes_mut(y, total)) };
+    let (all, got) = nx()?.gcolx(xs)?;
+    if got.iter().zip(lens).any(|(&g, &l)| g as c_long != l) || all.len() != total {
+        return Err(NxError::InvalidLength(all.len() as i64));
+    }
+    ys.copy_from_slice(&all);
+    Ok(0)
 }
 
 /// Concatenates every node's `x` in node order into `y`; `xlens[i]` is node i's length.
@@ -902,24 +1147,27 @@ pub unsafe extern "C" fn gcol(
 /// Pointer arguments are valid for the lengths given, as NX requires of its callers.
 #[no_mangle]
 pub unsafe extern "C" fn gcolx(x: *const c_void, xlens: *const c_long, y: *mut c_void) {
-    fatal("gcolx", || {
-        let n = nx()?.numnodes() as usize;
-        if xlens.is_null() {
-            return Err(NxError::InvalidLength(-1));
-        }
-        // SAFETY: NX's contract: one length per node.
-        let lens = unsafe { std::slice::from_raw_parts(xlens, n) };
-        let mine = check_buf(x, lens[nx()?.mynode() as usize])?;
-        let total = lens.iter().map(|&l| len_of(l)).sum::<Result<usize, _>>()?;
-        // SAFETY: the caller's buffers: `x` holds this node's length, `y` the total.
-        let (xs, ys) = unsafe { (bytes(x, mine), bytes_mut(y, total)) };
-        let (all, got) = nx()?.gcolx(xs)?;
-        if got.iter().zip(lens).any(|(&g, &l)| g as c_long != l) || all.len() != total {
-            return Err(NxError::InvalidLength(all.len() as i64));
-        }
-        ys.copy_from_slice(&all);
-        Ok(())
-    })
+    fatal("gcolx", || do_gcolx(x, xlens, y));
+}
+
+/// `gcolx` returning -1 and setting errno on error.
+/// # Safety
+/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+#[no_mangle]
+pub unsafe extern "C" fn _gcolx(x: *const c_void, xlens: *const c_long, y: *mut c_void) -> c_long {
+    soft(|| do_gcolx(x, xlens, y))
+}
+
+fn do_gopf(x: *mut c_void, xlen: c_long, f: Option<GopfFn>) -> Result<c_long, NxError> {
+    let n = check_buf(x, xlen)?;
+    let f = f.ok_or(NxError::NotAllowed("gopf: NULL function"))?;
+    // SAFETY: NX's contract: `x` holds `xlen` bytes.
+    let xs = unsafe { bytes_mut(x, n) };
+    nx()?.gopf(xs, |acc, other| {
+        let mut y = other.to_vec();
+        f(acc.as_mut_ptr().cast(), y.as_mut_ptr().cast());
+    })?;
+    Ok(0)
 }
 
 /// Global operation with a user function: `f(x, y)` folds `y` into `x` (both `xlen` bytes),
@@ -928,16 +1176,20 @@ pub unsafe extern "C" fn gcolx(x: *const c_void, xlens: *const c_long, y: *mut c
 /// Pointer arguments are valid for the lengths given, as NX requires of its callers.
 #[no_mangle]
 pub unsafe extern "C" fn gopf(x: *mut c_void, xlen: c_long, _work: *mut c_void, f: Option<GopfFn>) {
-    fatal("gopf", || {
-        let n = check_buf(x, xlen)?;
-        let f = f.ok_or(NxError::NotAllowed("gopf: NULL function"))?;
-        // SAFETY: NX's contract: `x` holds `xlen` bytes.
-        let xs = unsafe { bytes_mut(x, n) };
-        nx()?.gopf(xs, |acc, other| {
-            let mut y = other.to_vec();
-            f(acc.as_mut_ptr().cast(), y.as_mut_ptr().cast());
-        })
-    })
+    fatal("gopf", || do_gopf(x, xlen, f));
+}
+
+/// `gopf` returning -1 and setting errno on error.
+/// # Safety
+/// Pointer arguments are valid for the lengths given, as NX requires of its callers.
+#[no_mangle]
+pub unsafe extern "C" fn _gopf(
+    x: *mut c_void,
+    xlen: c_long,
+    _work: *mut c_void,
+    f: Option<GopfFn>,
+) -> c_long {
+    soft(|| do_gopf(x, xlen, f))
 }
 
 /// The version of this library.

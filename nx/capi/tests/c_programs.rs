@@ -154,3 +154,89 @@ fn c_dead_receiver_fails_senders() {
     assert!(j.stdout.contains("dead node 2: ok"), "node 2\n{report}");
     assert!(!j.stderr.contains("panicked"), "a panic\n{report}");
 }
+
+#[test]
+fn c_combined_handler_sends_merge_flush_and_errors() {
+    run_ok("calls", 2, &[]);
+    run_ok("calls", 4, &[("NX_THRESHOLD", "16384")]);
+    run_ok("calls", 3, &[("NX_SMALL", "au")]);
+}
+
+#[test]
+fn c_handlers_serve_requests_while_computing() {
+    run_ok("hload", 2, &[]);
+    run_ok("hload", 4, &[]);
+}
+
+#[test]
+fn c_compatibility_and_what_linux_cannot_do() {
+    let exe = compile("compat");
+    for n in [2, 3] {
+        let j = run(&exe, n, &[]);
+        let report = format!("--- stdout\n{}\n--- stderr\n{}", j.stdout, j.stderr);
+        assert!(j.ok, "compat with {n} ranks failed\n{report}");
+        for r in 0..n {
+            assert!(
+                j.stdout.contains(&format!("compat node {r}: ok")),
+                "node {r}\n{report}"
+            );
+        }
+        // nx_perror says why, in NX's form "s: text".
+        for line in [
+            "nx_initve: this process is a node of a job started by the launcher",
+            "nx_waitall: nx_waitall: no process was created by nx_nfork or nx_load",
+            "nx_mkpart: partition management has no meaning on Linux",
+            "killproc: killing another node's process needs the launcher's process table",
+        ] {
+            assert!(
+                j.stderr.contains(line),
+                "nx_perror did not print {line:?}\n{report}"
+            );
+        }
+    }
+}
+
+#[test]
+fn c_nx_initve_nfork_load_waitall_without_the_launcher() {
+    let exe = compile("spawn");
+    let mut cmd = Command::new(&exe);
+    cmd.args(["-sz", "3", "extra"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VMMC_") {
+            cmd.env_remove(k);
+        }
+    }
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn runs");
+    // A deadline, not a synchronisation: the program's own waits end the run.
+    while child.try_wait().expect("try_wait").is_none() {
+        if t0.elapsed() > LIMIT {
+            let _ = child.kill();
+            panic!("spawn did not finish in {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().expect("output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    let report = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    assert!(o.status.success(), "spawn failed\n{report}");
+    for r in 0..3 {
+        assert!(
+            stdout.contains(&format!("spawn nfork node {r} of 3: ok")),
+            "nfork {r}\n{report}"
+        );
+    }
+    for r in 0..2 {
+        assert!(
+            stdout.contains(&format!("spawn load node {r} of 2: ok")),
+            "load {r}\n{report}"
+        );
+    }
+    assert!(stdout.contains("spawn parent: ok"), "{report}");
+    eprintln!("spawn: {:?}", t0.elapsed());
+}

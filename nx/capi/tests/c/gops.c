@@ -1,6 +1,7 @@
 /* Every global operation against the sequential result computed locally. */
 #include "nx.h"
 #include "check.h"
+#include <errno.h>
 
 #define M 5
 
@@ -44,6 +45,19 @@ int main(void) {
     LOP(gilow, a < b ? a : b);
     LOP(giand, a & b);
     LOP(gior, a | b);
+    LOP(gixor, a ^ b);
+    LOP(_gisum, a + b);
+    LOP(_gixor, a ^ b);
+    for (int k = 0; k < M; k++) l[k] = (k == 0) ? 1 : (k == 1) ? 0 : (k == 2) ? (me == 0) : (k == 3) ? me + 7 : (me == n - 1) * 5;
+    gland(l, M, lwork);
+    CHECK(l[0] == 1 && l[1] == 0 && l[2] == (n == 1) && l[3] == 1 && l[4] == (n == 1), "gland");
+    for (int k = 0; k < M; k++) l[k] = (k == 0) ? 1 : (k == 1) ? 0 : (k == 2) ? (me == 0) : (k == 3) ? me + 7 : (me == n - 1) * 5;
+    glor(l, M, lwork);
+    CHECK(l[0] == 1 && l[1] == 0 && l[2] == 1 && l[3] == 1 && l[4] == 1, "glor");
+    for (int k = 0; k < M; k++) l[k] = (k == 0) ? 1 : (k == 1) ? 0 : (k == 2) ? (me == 0) : (k == 3) ? me + 7 : (me == n - 1) * 5;
+    CHECK(_glxor(l, M, lwork) == 0, "_glxor");
+    CHECK(l[0] == (n % 2) && l[1] == 0 && l[2] == 1 && l[3] == (n % 2) && l[4] == 1, "glxor");
+    CHECK(_gdsum(NULL, 3, NULL) == -1 && errno == EQLEN, "_gdsum of NULL");
     for (int k = 0; k < M; k++) { f[k] = (float)dv(me, k); fw[k] = (float)dv(0, k); }
     for (long r = 1; r < n; r++) for (int k = 0; k < M; k++) fw[k] += (float)dv(r, k);
     gssum(f, M, fwork);
