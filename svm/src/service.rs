@@ -85,11 +85,52 @@ pub(crate) struct Service {
     /// Those not known to be done: a write into this node's own memory waits for them, so it
     /// cannot overtake them.
     pub in_flight: Mutex<Vec<vmmc::AsyncSend>>,
-    /// Nesting of the program's calls into the library (the `awake` word is 1 inside).
+    /// Nesting of the program's calls into the library.
     pub depth: std::sync::atomic::AtomicU32,
+    /// The `awake` word's value: odd while the program is inside the library (in a call and
+    /// not asleep in a wait), and one more at every entry and exit, so that a sender can tell
+    /// whether the program has been inside since it looked.
+    pub epoch: std::sync::atomic::AtomicU32,
     /// Rung by the notification handler: a program asleep in a wait looks again.
     pub bell: (Mutex<u64>, std::sync::Condvar),
+    /// Notifications held back ([`Service::ring_due`]); only the program's thread, inside a
+    /// call, holds one back, so that its own wait or the call's end sends it.
+    pub bells: Mutex<Vec<Bell>>,
+    /// Whether `bells` has any (read on every turn of a wait without the mutex).
+    pub bells_held: std::sync::atomic::AtomicBool,
+    /// Hold notifications back at all: the transport reads remote memory and the node does
+    /// not run in virtual time (on the simulated SHRIMP every notification is sent, as the
+    /// SHRIMP SVM did).
+    pub defer_bells: bool,
+    /// The program's thread (the one that may hold notifications back).
+    pub program: std::thread::ThreadId,
 }
+
+/// A notification held back: to `node`, whose `awake` word read `epoch` (outside the
+/// library) when the request went out at `since`.
+pub(crate) struct Bell {
+    node: usize,
+    epoch: u32,
+    since: std::time::Instant,
+}
+
+/// How long a request to a node outside the library waits for the node to come back in (it
+/// serves what waits whenever it enters or leaves a call) before a notification is sent.
+/// A notification costs the receiver a thread wake-up, several microseconds on Linux and
+/// a core for the woken thread; a program that calls the library in a loop (acquire,
+/// release, acquire...) is outside for well under a microsecond at a time.
+const BELL_DELAY: std::time::Duration = std::time::Duration::from_micros(5);
+
+/// A transfer's error, naming the node when it is gone.
+fn lost(node: usize, e: vmmc::Error) -> Error {
+    match e {
+        vmmc::Error::PeerLost(m) => Error::PeerLost(node, m),
+        e => Error::Vmmc(e),
+    }
+}
+
+/// In the `awake` word: the program sleeps in a wait (a notification is its only wake-up).
+const ASLEEP: u32 = 1 << 31;
 
 /// A transfer decided under the state's lock and made after it is released: nobody holds
 /// the lock while a transfer waits (on sim a transfer waits for the node's turn, and the
@@ -256,18 +297,25 @@ impl Service {
             // Dekker with the receiver's `Awake` guard and its sleep: our data is visible
             // before we read its word; it clears the word before it looks one last time.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            if !self.polls(node)? {
-                // A notification rides on a word of its own in the control buffer, whose
-                // handler serves (an empty transfer cannot carry one).
-                let ctl = self
-                    .peers()
-                    .and_then(|p| p.ctl[node].as_ref())
-                    .ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
-                ctl.send_notify(self.lay.awake() + 4, &[0; 4])
-                    .map_err(lost)?;
-                st.notifications_sent += 1;
-                st.messages += 1;
-                st.message_bytes += 4;
+            if let Some(epoch) = self.outside(node)? {
+                if self.defer_bells
+                    && epoch & ASLEEP == 0
+                    && std::thread::current().id() == self.program
+                    && self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
+                {
+                    self.bells
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Bell {
+                            node,
+                            epoch,
+                            since: std::time::Instant::now(),
+                        });
+                    self.bells_held
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    self.notify(st, node)?;
+                }
             }
         }
         st.messages += 1;
@@ -275,18 +323,74 @@ impl Service {
         Ok(())
     }
 
-    /// Whether `node`'s program is inside the library (only where remote memory can be read;
-    /// elsewhere every request is notified, as on SHRIMP).
-    fn polls(&self, node: usize) -> Result<bool> {
+    /// `node`'s `awake` word if its program is outside the library (or cannot be seen:
+    /// where remote memory cannot be read every request is notified, as on SHRIMP); `None`
+    /// if it is inside, and so serves what waits before it leaves.
+    fn outside(&self, node: usize) -> Result<Option<u32>> {
         if !self.remote_read {
-            return Ok(false);
+            return Ok(Some(0));
         }
         let Some(p) = self.peers().and_then(|p| p.ctl[node].as_ref()) else {
-            return Ok(false);
+            return Ok(Some(0));
         };
         let mut w = [0u8; 4];
-        p.get_data(self.lay.awake(), &mut w)?;
-        Ok(u32::from_ne_bytes(w) != 0)
+        p.get_data(self.lay.awake(), &mut w)
+            .map_err(|e| lost(node, e))?;
+        let w = u32::from_ne_bytes(w);
+        Ok((w & 1 == 0).then_some(w))
+    }
+
+    /// Sends `node` a notification: it rides on a word of its own in the control buffer,
+    /// whose handler serves (an empty transfer cannot carry one).
+    fn notify(&self, st: &mut Stats, node: usize) -> Result<()> {
+        let ctl = self
+            .peers()
+            .and_then(|p| p.ctl[node].as_ref())
+            .ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
+        ctl.send_notify(self.lay.awake() + 4, &[0; 4])
+            .map_err(|e| lost(node, e))?;
+        st.notifications_sent += 1;
+        st.messages += 1;
+        st.message_bytes += 4;
+        Ok(())
+    }
+
+    /// Sends the notifications held back whose receivers have not been inside the library
+    /// since (those that have were served, or will be before they leave): all of them with
+    /// `now`, else those held for [`BELL_DELAY`].
+    pub fn ring_due(&self, now: bool) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if !self.bells_held.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut bells = self.bells.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = Stats::default();
+        let mut r = Ok(());
+        bells.retain(|b| {
+            if r.is_err() {
+                return true;
+            }
+            match self.outside(b.node) {
+                Ok(Some(w)) if w == b.epoch => {
+                    if now || b.since.elapsed() >= BELL_DELAY {
+                        r = self.notify(&mut st, b.node);
+                        return r.is_err();
+                    }
+                    true
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    r = Err(e);
+                    true
+                }
+            }
+        });
+        self.bells_held.store(!bells.is_empty(), Ordering::Relaxed);
+        drop(bells);
+        if st.messages > 0 {
+            self.sent.lock().unwrap_or_else(|e| e.into_inner()).add(&st);
+        }
+        r
     }
 
     /// Wakes the program if it sleeps in a wait.
@@ -307,16 +411,34 @@ impl Service {
         let _ = self.bell.1.wait_timeout_while(g, limit, |c| *c == count);
     }
 
-    /// Sets the `awake` word (the program's thread, which owns it).
+    /// Marks the program inside (`on`) or outside the library in the `awake` word (the
+    /// program's thread, which owns it): a new epoch, odd inside.
     pub fn set_awake(&self, on: bool) {
-        let _ = self.ctl.store_u32(self.lay.awake(), on as u32);
+        self.mark(on, false)
+    }
+
+    /// Marks the program asleep in a wait: outside, and woken only by a notification, so
+    /// nobody holds one back for it.
+    pub fn set_asleep(&self) {
+        self.mark(false, true)
+    }
+
+    fn mark(&self, on: bool, asleep: bool) {
+        use std::sync::atomic::Ordering;
+        let e = self.epoch.load(Ordering::Relaxed);
+        if (e & 1 == 1) != on {
+            let e = e.wrapping_add(1) & !ASLEEP;
+            self.epoch.store(e, Ordering::Relaxed);
+            let w = if asleep { e | ASLEEP } else { e };
+            let _ = self.ctl.store_u32(self.lay.awake(), w);
+        }
     }
 
     /// Marks the program as inside the library until the guard drops.
     pub fn awake(self: &std::sync::Arc<Self>) -> Awake {
         use std::sync::atomic::Ordering;
         if self.depth.fetch_add(1, Ordering::Relaxed) == 0 && self.remote_read {
-            let _ = self.ctl.store_u32(self.lay.awake(), 1);
+            self.set_awake(true);
         }
         Awake(self.clone())
     }
@@ -800,10 +922,11 @@ impl Drop for Awake {
         use std::sync::atomic::Ordering;
         let s = &self.0;
         if s.depth.fetch_sub(1, Ordering::Relaxed) == 1 && s.remote_read {
-            let _ = s.ctl.store_u32(s.lay.awake(), 0);
+            s.set_awake(false);
             std::sync::atomic::fence(Ordering::SeqCst);
-            // What a sender left without notifying, because we were inside, is served now.
-            if let Err(e) = s.try_serve() {
+            // What a sender left without notifying, because we were inside, is served now,
+            // and what this call held back goes out.
+            if let Err(e) = s.try_serve().and_then(|_| s.ring_due(true)) {
                 s.fail(e);
             }
         }

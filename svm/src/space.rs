@@ -435,7 +435,12 @@ impl Svm {
             async_sends: cfg.async_sends,
             in_flight: Mutex::new(Vec::new()),
             depth: std::sync::atomic::AtomicU32::new(0),
+            epoch: std::sync::atomic::AtomicU32::new(0),
             bell: (Mutex::new(0), std::sync::Condvar::new()),
+            bells: Mutex::new(Vec::new()),
+            bells_held: std::sync::atomic::AtomicBool::new(false),
+            defer_bells: ep.caps().remote_read && !pace::is_paced(),
+            program: std::thread::current().id(),
         });
         ep.export(BUF_SPACE, &space, ExportOptions::new())?;
         ep.export(BUF_VERS, &vers, ExportOptions::new())?;
@@ -451,6 +456,7 @@ impl Svm {
                         s.fail(e);
                     }
                     s.ring_bell();
+                    // (Not the program's thread: nothing was held back here.)
                 }
             }),
         )?;
@@ -879,13 +885,15 @@ impl Svm {
             if let Some(v) = poll(self)? {
                 return done(v);
             }
+            self.svc.ring_due(false)?;
             turns += 1;
             let yielding = if self.crowded { Duration::ZERO } else { YIELD };
             if sleepy && turns.is_multiple_of(32) && spun.elapsed() > spin + yielding {
                 // Spinning no longer pays: sleep until a notification rings the bell. Senders
                 // see the cleared word and notify; a last look closes the race (Dekker).
+                self.svc.ring_due(true)?;
                 let count = self.svc.bell_count();
-                self.svc.set_awake(false);
+                self.svc.set_asleep();
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
                 self.svc.try_serve()?;
                 let got = poll(self)?;

@@ -32,7 +32,7 @@ const SIM: [(&str, usize, &str, &str); 4] = [
     ("sim-16 hlrc", 16, "sim", "hlrc"),
     ("sim-16 aurc", 16, "sim", "aurc"),
 ];
-const OPS: [(&str, &str); 10] = [
+const OPS: [(&str, &str); 12] = [
     ("raw_get_page", "raw get_data of a page"),
     ("raw_du_rtt", "raw DU round trip (word)"),
     ("nx_rtt", "NX round trip (4 B)"),
@@ -41,7 +41,9 @@ const OPS: [(&str, &str); 10] = [
     ("fault", "access fault, nothing to fetch"),
     ("fetch", "read fault + page fetch"),
     ("diff", "diff created + sent, per page"),
-    ("lock_handover", "lock hand-over"),
+    ("lock_handover", "lock hand-over to a waiter"),
+    ("lock_handover_late", "  turns without a hand-over"),
+    ("lock_contended", "lock ping-pong, per hand-over"),
     ("barrier", "barrier of all nodes"),
 ];
 
@@ -174,9 +176,15 @@ fn main() {
                 f / (g + a),
             ));
         }
+        if let (Some(l), Some(x)) = (med(c, "lock_contended"), med(c, "nx_rtt")) {
+            ratios.push((
+                format!("{c}: lock ping-pong hand-over / NX round trip (target <= 2)"),
+                l / x,
+            ));
+        }
         if let (Some(l), Some(x)) = (med(c, "lock_handover"), med(c, "nx_rtt")) {
             ratios.push((
-                format!("{c}: lock hand-over / NX round trip (target <= 2)"),
+                format!("{c}: hand-over to a waiter / NX round trip (target <= 2)"),
                 l / x,
             ));
         }
