@@ -24,9 +24,20 @@
 //! Types named but not defined in the input (rpcgen passes them to C unchanged) are either
 //! system types the generator knows (`u_int`, `uint32_t`, `rpcprog_t`, `netobj`, `des_block`,
 //! `netbuf`, ...) or assumed to come from another `.x` file: the generated code then expects
-//! them in scope, and a warning says so ([`Rpcgen::strict`] makes it an error). Constants must
-//! resolve to numbers; besides `const` definitions, enum values and program/version/procedure
-//! names, numeric `%#define NAME value` pass-through lines count (rpcsvc's nlm_prot.x needs it).
+//! them in scope, and a warning says so ([`Rpcgen::strict`] makes it an error). Constants
+//! resolve, in order, to `const` definitions, enum values, program/version/procedure names,
+//! numeric `%#define NAME value` pass-through lines (rpcsvc's nlm_prot.x needs it), and the
+//! standard ONC RPC names (`AUTH_NONE`, `AUTH_SYS`, `RPCSEC_GSS`, the portmapper and rpcbind
+//! numbers, ...). Any other name is a constant expected in scope, as C would take it from a
+//! header the file `%#include`s: the generated code casts it where it is used (`{ MAXPATHLEN
+//! as u32 }` as a bound, a match guard as a case label or procedure number) and a warning says
+//! so; `strict` refuses it.
+//!
+//! A definition repeated word for word (a file included twice) is accepted and generated
+//! once, as rpcgen accepts it; a repetition that differs is refused with both locations.
+//! Beyond rpcgen, the Linux kernel's xdrgen `pragma` lines are understood ([`ast::Pragma`]):
+//! `exclude` leaves a procedure out of the client, server trait and dispatcher; `header`,
+//! `big_endian`, `public`, `pages` and `skip` concern its C output and change nothing here.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

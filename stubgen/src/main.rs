@@ -31,7 +31,8 @@ enum Cmd {
         /// The C preprocessor to run (rpcgen's -Y).
         #[arg(long, value_name = "CPP")]
         cpp: Option<String>,
-        /// Refuse types not defined in the input (instead of expecting them in scope).
+        /// Refuse types and constants not defined in the input (instead of expecting them in
+        /// scope); standard ONC RPC names stay accepted.
         #[arg(long)]
         strict: bool,
     },
