@@ -148,8 +148,7 @@ impl Context<'_> {
             } else {
                 quote! {
                     let result: #result = self.0.#method(#(#arg_ids),*);
-                    let bytes = ::rpc::xdr::to_bytes(&result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                    reply.extend_from_slice(&bytes);
+                    ::rpc::xdr::to_writer(&mut *reply, &result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
                 }
             };
             dispatch_arms.push(quote! {
