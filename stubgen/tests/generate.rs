@@ -148,6 +148,11 @@ fn programs_give_clients_server_traits_and_services() {
         &code,
         "fn mul3(&self, x: i32, arg2: i32, arg3: i64) -> i64;",
     );
+    // One call serves every version on TCP and UDP and registers them with rpcbind.
+    assert_has(&code, "pub fn serve_calc(");
+    assert_has(&code, "calc_v2: impl CalcV2Server");
+    assert_has(&code, ".register(true)");
+    assert_has(&code, ".listen_udp(");
     assert_has(&code, "fn reset(&self);");
     assert_has(
         &code,

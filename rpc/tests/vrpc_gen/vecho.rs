@@ -197,3 +197,15 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
         }
     }
 }
+/// Serves every version of program `VECHO_PROG` on TCP and UDP (ephemeral ports on all addresses) and registers each version on both with the local rpcbind, as rpcgen's generated server does. Shutting the server down (or dropping it) unregisters them.
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub fn serve_vecho_prog(
+    vecho_v1: impl VechoV1Server,
+) -> ::core::result::Result<::rpc::server::Server, ::rpc::Error> {
+    ::rpc::server::Server::builder()
+        .service(VechoV1Service(vecho_v1))
+        .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+        .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+        .register(true)
+        .start()
+}

@@ -41,6 +41,7 @@ impl Context<'_> {
             }
             out.extend(self.gen_version(p, &prog_num, v, &vers_num)?);
         }
+        out.extend(serve_fn(p));
         Ok(out)
     }
 
@@ -224,6 +225,39 @@ impl Context<'_> {
                 }
             }
         })
+    }
+}
+
+/// `serve_<program>(one server per version)`: what rpcgen's generated `main` does (a
+/// transport handle per protocol, `svc_register` with the portmapper), in one call.
+fn serve_fn(p: &ProgramDef) -> TokenStream {
+    let f = format_ident!("serve_{}", p.name.name.to_lowercase());
+    let mut params = Vec::new();
+    let mut services = Vec::new();
+    for v in &p.versions {
+        let arg = rust_ident(&v.name.name.to_lowercase());
+        let server = format_ident!("{}Server", camel_case(&v.name.name));
+        let service = format_ident!("{}Service", camel_case(&v.name.name));
+        params.push(quote!(#arg: impl #server));
+        services.push(quote!(.service(#service(#arg))));
+    }
+    let doc = format!(
+        " Serves every version of program `{}` on TCP and UDP (ephemeral ports on all \
+         addresses) and registers each version on both with the local rpcbind, as rpcgen's \
+         generated server does. Shutting the server down (or dropping it) unregisters them.",
+        p.name.name
+    );
+    quote! {
+        #[doc = #doc]
+        #[allow(non_snake_case, clippy::too_many_arguments)]
+        pub fn #f(#(#params),*) -> ::core::result::Result<::rpc::server::Server, ::rpc::Error> {
+            ::rpc::server::Server::builder()
+                #(#services)*
+                .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+                .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+                .register(true)
+                .start()
+        }
     }
 }
 
