@@ -19,7 +19,8 @@
 //! ```
 //!
 //! From the command line: `stubgen rpcgen FILE.x [-o OUT.rs] [-D NAME[=VALUE]] [-I DIR]
-//! [--cpp CPP] [--strict]`.
+//! [--cpp CPP] [--strict] [-a]`; `-a` (as rpcgen's) also writes a sample client and server,
+//! `OUT_client.rs` and `OUT_server.rs`, beside `OUT.rs` ([`codegen::generate_samples`]).
 //!
 //! Types named but not defined in the input (rpcgen passes them to C unchanged) are either
 //! system types the generator knows (`u_int`, `uint32_t`, `rpcprog_t`, `netobj`, `des_block`,
@@ -58,6 +59,16 @@ impl Rpcgen {
     pub fn generate_file(&self, path: &Path) -> Result<codegen::Output> {
         let parsed = self.parse_file_with_lines(path)?;
         finish(parsed, &self.codegen_options())
+    }
+}
+
+impl Rpcgen {
+    /// Reads `path` and returns rpcgen `-a`'s sample client and server, which include the
+    /// generated code from `<stem>.rs` beside them.
+    pub fn generate_samples_file(&self, path: &Path, stem: &str) -> Result<codegen::Samples> {
+        let parsed = self.parse_file_with_lines(path)?;
+        codegen::generate_samples(&parsed.spec, &self.codegen_options(), stem)
+            .map_err(|e| rpcgen::attach_source_line(e, &parsed.lines))
     }
 }
 

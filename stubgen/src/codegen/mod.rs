@@ -35,6 +35,7 @@
 mod builtins;
 mod names;
 mod program;
+mod sample;
 mod types;
 
 use std::collections::{HashMap, HashSet};
@@ -105,6 +106,30 @@ pub fn generate_tokens(spec: &Spec, options: &Options) -> Result<(TokenStream, V
     });
     warnings.dedup();
     Ok((out, warnings))
+}
+
+/// A sample client and server (rpcgen's `-a`), each a `main` that includes the generated
+/// module from `<stem>.rs` beside it.
+#[derive(Clone, Debug)]
+pub struct Samples {
+    /// The sample client's source.
+    pub client: String,
+    /// The sample server's source.
+    pub server: String,
+}
+
+/// Generates the sample client and server for `spec`, whose generated code is `<stem>.rs`.
+pub fn generate_samples(spec: &Spec, options: &Options, stem: &str) -> Result<Samples> {
+    let cx = Context::new(spec, options)?;
+    let (client, server) = cx.gen_samples(spec, stem)?;
+    let fmt = |t: TokenStream| -> Result<String> {
+        let file: syn::File = syn::parse2(t).map_err(|e| Error::Internal(format!("{e}")))?;
+        Ok(prettyplease::unparse(&file))
+    };
+    Ok(Samples {
+        client: fmt(client)?,
+        server: fmt(server)?,
+    })
 }
 
 /// The largest bound: `<>` in XDR.
@@ -196,6 +221,8 @@ struct Context<'a> {
     rpc_names: HashSet<String>,
     /// Procedures left out by xdrgen's `pragma exclude`.
     excluded: HashSet<&'a str>,
+    /// Struct and union definitions by name (for sample values).
+    defs: HashMap<&'a str, &'a Definition>,
 }
 
 impl<'a> Context<'a> {
@@ -208,6 +235,7 @@ impl<'a> Context<'a> {
             consts: HashMap::new(),
             rpc_names: HashSet::new(),
             excluded: HashSet::new(),
+            defs: HashMap::new(),
         };
         for def in &spec.definitions {
             match def {
@@ -224,8 +252,14 @@ impl<'a> Context<'a> {
                         cx.add_const(name, ConstKind::EnumMember(e, i), false)?;
                     }
                 }
-                Definition::Struct(s) => cx.add_type(&s.name, TypeKind::Struct)?,
-                Definition::Union(u) => cx.add_type(&u.name, TypeKind::Union)?,
+                Definition::Struct(s) => {
+                    cx.add_type(&s.name, TypeKind::Struct)?;
+                    cx.defs.insert(&s.name.name, def);
+                }
+                Definition::Union(u) => {
+                    cx.add_type(&u.name, TypeKind::Union)?;
+                    cx.defs.insert(&u.name.name, def);
+                }
                 Definition::Typedef(t) => {
                     if let Some(name) = &t.decl.name {
                         // `typedef struct foo foo;` restates a type: nothing new.

@@ -73,8 +73,8 @@ impl Context<'_> {
                     ),
                 ));
             }
-            let mut mname = pr.name.name.to_lowercase();
-            if !method_names.insert(mname.clone()) {
+            let mname = super::sample::method_name(&pr.name.name);
+            if !method_names.insert(pr.name.name.to_lowercase()) {
                 return Err(Error::at(
                     pr.name.loc.clone(),
                     format!(
@@ -86,9 +86,6 @@ impl Context<'_> {
             if self.excluded.contains(pr.name.name.as_str()) {
                 // xdrgen's `pragma exclude`: the procedure is written by hand.
                 continue;
-            }
-            if matches!(mname.as_str(), "new" | "into_inner") {
-                mname.push('_');
             }
             let method = rust_ident(&mname);
             let result = self.rust_ty(&pr.result)?;
