@@ -3,6 +3,11 @@
 
 mod common;
 
+#[allow(dead_code, clippy::all)]
+#[rustfmt::skip]
+#[path = "vrpc_gen/vecho.rs"]
+mod vecho;
+
 use common::*;
 use rpc::client::{Call, TcpClient, UdpClient};
 use rpc::rpcbind::{self, Mapping, Rpcb};
@@ -86,6 +91,53 @@ fn registered_server_answers_rpcinfo_and_is_gone_after_shutdown() {
         TcpClient::connect_rpcbind(LOCALHOST, prog, 1),
         Err(Error::NotRegistered { netid: "tcp", .. })
     ));
+}
+
+/// The server stubgen generates for a program registers it on TCP and UDP in one call, as
+/// rpcgen's generated server does (vecho.x's `serve_vecho_prog`).
+#[test]
+fn the_generated_server_registers_on_tcp_and_udp_in_one_call() {
+    if !ensure_rpcbind() {
+        return;
+    }
+    struct Echo;
+    impl vecho::VechoV1Server for Echo {
+        fn echo(&self, arg: vecho::blob) -> vecho::blob {
+            arg
+        }
+        fn add(&self, a: i32, b: i32) -> i32 {
+            a + b
+        }
+        fn swap(&self, p: vecho::pair) -> vecho::pair {
+            vecho::pair { a: p.b, b: p.a }
+        }
+        fn concat(&self, a: rpc::xdr::XdrString, b: rpc::xdr::XdrString) -> rpc::xdr::XdrString {
+            let mut v = a.0;
+            v.extend_from_slice(&b.0);
+            v.into()
+        }
+        fn reverse(&self, n: Option<Box<vecho::node>>) -> Option<Box<vecho::node>> {
+            n
+        }
+        fn set_value(&self, _: i64) {}
+        fn get_value(&self) -> i64 {
+            0
+        }
+    }
+    let (prog, vers) = (vecho::VECHO_PROG, vecho::VECHO_V1);
+    clear_stale(prog, &[vers]);
+    let server = vecho::serve_vecho_prog(Echo).unwrap();
+    for proto in ["tcp", "udp"] {
+        assert!(listed(prog, vers, proto), "rpcinfo -p lacks {proto}");
+    }
+    let tcp = TcpClient::connect_rpcbind(LOCALHOST, prog, vers).unwrap();
+    assert_eq!(vecho::VechoV1Client::new(tcp).add(&2, &3).unwrap(), 5);
+    let udp = UdpClient::connect_rpcbind(LOCALHOST, prog, vers).unwrap();
+    assert_eq!(vecho::VechoV1Client::new(udp).add(&4, &3).unwrap(), 7);
+    server.shutdown().unwrap();
+    for proto in ["tcp", "udp"] {
+        assert!(!listed(prog, vers, proto), "{proto} still registered");
+    }
 }
 
 #[test]

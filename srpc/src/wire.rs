@@ -42,6 +42,27 @@ pub trait Wire: Sized {
         Ok(())
     }
 
+    /// The encoding of `self` when it is `self`'s own memory (byte arrays), so that the
+    /// runtime can move it between the caller and the transfer without encoding.
+    fn wire_bytes(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// The same, to decode into by copying bytes.
+    fn wire_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+
+    /// [`Wire::wire_bytes`] of a run of values.
+    fn slice_wire_bytes(_items: &[Self]) -> Option<&[u8]> {
+        None
+    }
+
+    /// [`Wire::wire_bytes_mut`] of a run of values.
+    fn slice_wire_bytes_mut(_items: &mut [Self]) -> Option<&mut [u8]> {
+        None
+    }
+
     /// Decodes `n` values from `b` (at least `n * SIZE` bytes).
     fn get_vec(b: &[u8], n: usize) -> Result<Vec<Self>, Error> {
         short(b, n * Self::SIZE)?;
@@ -84,8 +105,9 @@ fn short(b: &[u8], n: usize) -> Result<(), Error> {
 }
 
 macro_rules! number {
-    ($($t:ty),*) => {$(
+    ($($t:ty => { $($extra:item)* }),* $(,)?) => {$(
         impl Wire for $t {
+            $($extra)*
             const SIZE: usize = std::mem::size_of::<$t>();
             const ALIGN: usize = std::mem::size_of::<$t>();
             fn put(&self, b: &mut [u8]) -> Result<(), Error> {
@@ -131,7 +153,26 @@ macro_rules! number {
         }
     )*};
 }
-number!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+number!(
+    i8 => {},
+    i16 => {},
+    i32 => {},
+    i64 => {},
+    // Bytes are their own encoding.
+    u8 => {
+        fn slice_wire_bytes(items: &[u8]) -> Option<&[u8]> {
+            Some(items)
+        }
+        fn slice_wire_bytes_mut(items: &mut [u8]) -> Option<&mut [u8]> {
+            Some(items)
+        }
+    },
+    u16 => {},
+    u32 => {},
+    u64 => {},
+    f32 => {},
+    f64 => {},
+);
 
 impl Wire for bool {
     const SIZE: usize = 4;
@@ -159,6 +200,12 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
     }
     fn get_into(&mut self, b: &[u8]) -> Result<(), Error> {
         T::get_all_into(self, b)
+    }
+    fn wire_bytes(&self) -> Option<&[u8]> {
+        T::slice_wire_bytes(self)
+    }
+    fn wire_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        T::slice_wire_bytes_mut(self)
     }
 }
 

@@ -210,11 +210,28 @@ pub enum Definition {
     Program(ProgramDef),
 }
 
+/// A directive of the Linux kernel's xdrgen dialect: `pragma DIRECTIVE NAME [NAME];`.
+///
+/// xdrgen knows `header` (names the generated C header), `big_endian` (an enum kept in
+/// network byte order in C), `exclude` (no code for a procedure: it is written by hand),
+/// `public` (a non-static C encoder/decoder), `pages` and `skip`. Only `exclude` changes
+/// the Rust output (the procedure is left out of the client, the server trait and the
+/// dispatcher); the others concern C and change nothing on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pragma {
+    /// The directive (`header`, `big_endian`, `exclude`, `public`, `pages`, `skip`).
+    pub directive: Ident,
+    /// Its one or two operands.
+    pub args: Vec<Ident>,
+}
+
 /// A whole interface description: definitions in source order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Spec {
     /// The definitions.
     pub definitions: Vec<Definition>,
+    /// xdrgen `pragma` directives, in source order.
+    pub pragmas: Vec<Pragma>,
     /// Numeric constants defined only in pass-through C text (rpcgen's `%#define NAME 1024`):
     /// used to resolve names the definitions refer to, never emitted.
     pub c_constants: Vec<ConstDef>,

@@ -19,14 +19,26 @@
 //! ```
 //!
 //! From the command line: `stubgen rpcgen FILE.x [-o OUT.rs] [-D NAME[=VALUE]] [-I DIR]
-//! [--cpp CPP] [--strict]`.
+//! [--cpp CPP] [--strict] [-a]`; `-a` (as rpcgen's) also writes a sample client and server,
+//! `OUT_client.rs` and `OUT_server.rs`, beside `OUT.rs` ([`codegen::generate_samples`]).
 //!
 //! Types named but not defined in the input (rpcgen passes them to C unchanged) are either
 //! system types the generator knows (`u_int`, `uint32_t`, `rpcprog_t`, `netobj`, `des_block`,
 //! `netbuf`, ...) or assumed to come from another `.x` file: the generated code then expects
-//! them in scope, and a warning says so ([`Rpcgen::strict`] makes it an error). Constants must
-//! resolve to numbers; besides `const` definitions, enum values and program/version/procedure
-//! names, numeric `%#define NAME value` pass-through lines count (rpcsvc's nlm_prot.x needs it).
+//! them in scope, and a warning says so ([`Rpcgen::strict`] makes it an error). Constants
+//! resolve, in order, to `const` definitions, enum values, program/version/procedure names,
+//! numeric `%#define NAME value` pass-through lines (rpcsvc's nlm_prot.x needs it), and the
+//! standard ONC RPC names (`AUTH_NONE`, `AUTH_SYS`, `RPCSEC_GSS`, the portmapper and rpcbind
+//! numbers, ...). Any other name is a constant expected in scope, as C would take it from a
+//! header the file `%#include`s: the generated code casts it where it is used (`{ MAXPATHLEN
+//! as u32 }` as a bound, a match guard as a case label or procedure number) and a warning says
+//! so; `strict` refuses it.
+//!
+//! A definition repeated word for word (a file included twice) is accepted and generated
+//! once, as rpcgen accepts it; a repetition that differs is refused with both locations.
+//! Beyond rpcgen, the Linux kernel's xdrgen `pragma` lines are understood ([`ast::Pragma`]):
+//! `exclude` leaves a procedure out of the client, server trait and dispatcher; `header`,
+//! `big_endian`, `public`, `pages` and `skip` concern its C output and change nothing here.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -47,6 +59,16 @@ impl Rpcgen {
     pub fn generate_file(&self, path: &Path) -> Result<codegen::Output> {
         let parsed = self.parse_file_with_lines(path)?;
         finish(parsed, &self.codegen_options())
+    }
+}
+
+impl Rpcgen {
+    /// Reads `path` and returns rpcgen `-a`'s sample client and server, which include the
+    /// generated code from `<stem>.rs` beside them.
+    pub fn generate_samples_file(&self, path: &Path, stem: &str) -> Result<codegen::Samples> {
+        let parsed = self.parse_file_with_lines(path)?;
+        codegen::generate_samples(&parsed.spec, &self.codegen_options(), stem)
+            .map_err(|e| rpcgen::attach_source_line(e, &parsed.lines))
     }
 }
 

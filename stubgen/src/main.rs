@@ -31,7 +31,12 @@ enum Cmd {
         /// The C preprocessor to run (rpcgen's -Y).
         #[arg(long, value_name = "CPP")]
         cpp: Option<String>,
-        /// Refuse types not defined in the input (instead of expecting them in scope).
+        /// Also write a sample client and server (rpcgen's -a): `OUT_client.rs` and
+        /// `OUT_server.rs` beside `OUT.rs` (needs -o).
+        #[arg(short = 'a', long = "samples", requires = "output")]
+        samples: bool,
+        /// Refuse types and constants not defined in the input (instead of expecting them in
+        /// scope); standard ONC RPC names stay accepted.
         #[arg(long)]
         strict: bool,
     },
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
             include,
             cpp,
             strict,
+            samples,
         } => {
             let mut gen = stubgen::Rpcgen::new().strict(strict);
             if let Some(cpp) = cpp {
@@ -85,16 +91,31 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match output {
-                Some(out) => {
-                    if let Err(e) = std::fs::write(&out, code) {
-                        eprintln!("{}: {e}", out.display());
-                        return ExitCode::FAILURE;
+            let status = write_out(output.clone(), &code);
+            match (samples, output) {
+                (true, Some(out)) if status == ExitCode::SUCCESS => {
+                    let stem = out
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let s = match gen.generate_samples_file(&input, &stem) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            eprintln!("{e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    for (suffix, text) in [("client", s.client), ("server", s.server)] {
+                        let path = out.with_file_name(format!("{stem}_{suffix}.rs"));
+                        let st = write_out(Some(path), &text);
+                        if st != ExitCode::SUCCESS {
+                            return st;
+                        }
                     }
+                    ExitCode::SUCCESS
                 }
-                None => print!("{code}"),
+                _ => status,
             }
-            ExitCode::SUCCESS
         }
     }
 }

@@ -14,6 +14,7 @@ fn corpus() -> &'static [String] {
             "/usr/include/rpcsvc",
             "/usr/include/tirpc/rpcsvc",
             "/usr/include/tirpc/rpc",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
         ] {
             let Ok(entries) = std::fs::read_dir(dir) else {
                 continue;
@@ -54,6 +55,11 @@ fn check(text: &str, strict: bool) {
 
 /// Fragments that stress the lexer and parser.
 const PIECES: &[&str] = &[
+    "pragma ",
+    "pragma exclude P;",
+    "pragma pages A",
+    "AUTH_SYS",
+    "ELSEWHERE",
     "{",
     "}",
     "(",

@@ -148,6 +148,11 @@ fn programs_give_clients_server_traits_and_services() {
         &code,
         "fn mul3(&self, x: i32, arg2: i32, arg3: i64) -> i64;",
     );
+    // One call serves every version on TCP and UDP and registers them with rpcbind.
+    assert_has(&code, "pub fn serve_calc(");
+    assert_has(&code, "calc_v2: impl CalcV2Server");
+    assert_has(&code, ".register(true)");
+    assert_has(&code, ".listen_udp(");
     assert_has(&code, "fn reset(&self);");
     assert_has(
         &code,
@@ -257,7 +262,7 @@ fn errors_name_the_position_and_show_the_line() {
         ),
         (
             "struct a { int x; }; struct a { int y; };",
-            "t.x:1:29: error: type `a` is already defined at t.x:1:8",
+            "t.x:1:29: error: type `a` is already defined differently at t.x:1:8",
         ),
         (
             "# 1 \"orig.x\"\n\nstruct s { int x }",
@@ -275,5 +280,136 @@ fn errors_name_the_position_and_show_the_line() {
         let e = gen_err(src);
         assert!(e.starts_with(want), "{src:?}:\n got: {e}\nwant: {want}");
         assert!(e.contains('^'), "the offending line is shown: {e}");
+    }
+}
+
+#[test]
+fn names_defined_elsewhere_are_standard_values_or_expected_in_scope() {
+    let out = stubgen::rpcgen_source(
+        "const F = AUTH_SYS; const G = RPCSEC_GSS; const P = RPCBPROG; const M = MAXPATHLEN;\n\
+         typedef opaque path<MAXPATHLEN>;\n\
+         union u switch (unsigned d) { case AUTH_NONE: void; case MY_FLAVOR: int x; };",
+        "t.x",
+        &Options::default(),
+    )
+    .unwrap();
+    assert_has(&out.code, "pub const F: u32 = 1;");
+    assert_has(&out.code, "pub const G: u32 = 6;");
+    assert_has(&out.code, "pub const P: u32 = 100000;");
+    assert_has(&out.code, "pub const M: i64 = MAXPATHLEN as i64;");
+    assert_has(
+        &out.code,
+        "pub type path = ::rpc::xdr::Opaque<{ MAXPATHLEN as u32 }>;",
+    );
+    assert_has(&out.code, "d if d == MY_FLAVOR as u32 =>");
+    let warned: Vec<String> = out.warnings.iter().map(|w| w.message.clone()).collect();
+    assert_eq!(
+        warned,
+        [
+            "constant `MAXPATHLEN` is not defined here; the generated code expects it in scope",
+            "constant `MAXPATHLEN` is not defined here; the generated code expects it in scope",
+            "constant `MY_FLAVOR` is not defined here; the generated code expects it in scope",
+        ]
+    );
+    // --strict refuses them; standard names stay accepted.
+    let e = gen_err("const M = MAXPATHLEN;");
+    assert!(
+        e.starts_with("t.x:1:11: error: unknown constant `MAXPATHLEN`"),
+        "{e}"
+    );
+    gen("const F = AUTH_DH; typedef int x[AUTH_SHORT];");
+    assert!(stubgen::rpcgen_source("const F = AUTH_DH;", "t.x", &Options { strict: true }).is_ok());
+    // A definition in the input wins over the standard value.
+    assert_has(
+        &gen("const AUTH_SYS = 9; const F = AUTH_SYS;"),
+        "pub const F: u32 = 9;",
+    );
+}
+
+#[test]
+fn a_name_in_scope_cannot_label_a_bool_or_enum_case() {
+    for src in [
+        "union u switch (bool b) { case ELSEWHERE: int x; };",
+        "enum e { A = 1 }; union u switch (e d) { case ELSEWHERE: int x; };",
+    ] {
+        let e = stubgen::rpcgen_source(src, "t.x", &Options::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("case `ELSEWHERE` must be known here"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn identical_repetitions_are_accepted_and_conflicts_name_both_places() {
+    let code = gen(
+        "const A = 1; const A = 1; struct s { int x; }; struct s { int x; };\n\
+                    enum e { E1, E2 }; enum e { E1, E2 };",
+    );
+    assert_eq!(squash(&code).matches("pubconstA:u32=1;").count(), 1);
+    assert_eq!(squash(&code).matches("pubstructs{").count(), 1);
+    assert_eq!(squash(&code).matches("pubenume{").count(), 1);
+    for (src, want) in [
+        (
+            "const A = 1;\nconst A = 2;",
+            "t.x:2:7: error: `A` is already defined differently at t.x:1:7",
+        ),
+        (
+            "struct s { int x; };\nstruct s { unsigned x; };",
+            "t.x:2:8: error: type `s` is already defined differently at t.x:1:8",
+        ),
+        (
+            "enum e { E1 };\nenum f { E1 };",
+            "t.x:2:10: error: `E1` is already defined differently at t.x:1:10",
+        ),
+    ] {
+        let e = gen_err(src);
+        assert!(e.starts_with(want), "{src:?}:\n got: {e}\nwant: {want}");
+    }
+}
+
+#[test]
+fn xdrgen_pragmas_are_understood() {
+    let src = "pragma header nlm;\nenum st { OK = 0, NO = 1 };\npragma big_endian st;\n\
+               struct r { st s; };\npragma public r;\npragma pages P2 arg;\n\
+               program P { version V { r P1(int) = 1; r P2(int) = 2; } = 1; } = 9;\n\
+               pragma exclude P2;";
+    let out = stubgen::rpcgen_source(src, "t.x", &Options { strict: true }).unwrap();
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    assert_has(&out.code, "fn p1(&self, arg: i32) -> r;");
+    assert!(!out.code.contains("fn p2"), "P2 is excluded:\n{}", out.code);
+    assert_has(&out.code, "pub const P2: u32 = 2;");
+    // Pragmas naming nothing known are warnings; unknown directives are errors.
+    let out = stubgen::rpcgen_source(
+        "pragma exclude NOPE;\npragma big_endian nope;",
+        "t.x",
+        &Options::default(),
+    )
+    .unwrap();
+    let warned: Vec<String> = out.warnings.iter().map(|w| w.message.clone()).collect();
+    assert_eq!(
+        warned,
+        [
+            "pragma exclude: no procedure is named `NOPE` in the input",
+            "pragma big_endian: no enum is named `nope` in the input",
+        ]
+    );
+    for (src, want) in [
+        (
+            "pragma frobnicate x;",
+            "t.x:1:8: error: expected a pragma directive",
+        ),
+        (
+            "pragma header;",
+            "t.x:1:14: error: expected a name, found `;`",
+        ),
+        (
+            "pragma header x",
+            "t.x:1:15: error: expected `;`, found end of file",
+        ),
+    ] {
+        let e = gen_err(src);
+        assert!(e.starts_with(want), "{src:?}:\n got: {e}\nwant: {want}");
     }
 }

@@ -20,6 +20,7 @@
 //! cap + 4      TOTAL   bytes the writer has put into this ring so far (wrapping): the flag
 //! cap + 8      CLOSED  non-zero once the writer has closed the binding
 //! cap + 12..24 ACCEPT  the server's answer to a bind (in the client's buffer only)
+//! cap + 24     RESTART the total at which the writer went back to the ring's start (0: none)
 //! ```
 //!
 //! The seed keeps two reserved words, a flag and the total length written. Here the total is
@@ -29,9 +30,17 @@
 //! (two when it wraps around the ring), then `[CREDIT, TOTAL]` in one. The credit rides on
 //! every control update, so in the strict alternation of calls and replies no transfer is
 //! spent on flow control: a call carries the credit for the previous reply and a reply the
-//! credit for its call. Only a record larger than half the ring travels in several
-//! fragments; the receiver then returns credit after each fragment but the last, and the
-//! sender, which may write up to half a ring ahead, seldom waits.
+//! credit for its call. A record larger than 64 KB (`MAX_FRAGMENT`, or half the
+//! ring if that is less) travels in several fragments, which the receiver copies out while
+//! the sender writes the next; the receiver then returns credit after each fragment but the
+//! last, and the sender, which may write up to half a ring ahead, seldom waits.
+//!
+//! A writer that finds the ring empty (the credit has caught up with what it sent) and the
+//! next fragment would end more than 64 KB into the ring goes back to the ring's start: it
+//! writes the total it was at into RESTART (before the total that covers the fragment), and
+//! the reader, finding RESTART equal to its own position, skips the rest of the ring and
+//! clears the word. The records of a call-and-reply exchange then stay within the first
+//! 64 KB of each ring, in the caches, instead of walking through all of it.
 //!
 //! # Where the copies are (seed 003 §4.2, Figure 6)
 //!

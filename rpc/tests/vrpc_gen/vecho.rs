@@ -132,27 +132,24 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
                 let arg: blob = ::rpc::xdr::from_bytes(args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                 let result: blob = self.0.echo(arg);
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             2 => {
                 let (arg1, arg2): (i32, i32) = ::rpc::xdr::from_bytes(args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                 let result: i32 = self.0.add(arg1, arg2);
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             3 => {
                 let arg: pair = ::rpc::xdr::from_bytes(args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                 let result: pair = self.0.swap(arg);
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             4 => {
@@ -167,9 +164,8 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
                 let result: ::rpc::xdr::XdrString<4294967295> = self
                     .0
                     .concat(arg1, arg2);
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             5 => {
@@ -180,9 +176,8 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
                 let result: ::core::option::Option<::std::boxed::Box<node>> = self
                     .0
                     .reverse(arg);
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             6 => {
@@ -193,13 +188,24 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
             }
             7 => {
                 let result: i64 = self.0.get_value();
-                let bytes = ::rpc::xdr::to_bytes(&result)
+                ::rpc::xdr::to_writer(&mut *reply, &result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                reply.extend_from_slice(&bytes);
                 ::core::result::Result::Ok(())
             }
             0 => ::core::result::Result::Ok(()),
             _ => ::core::result::Result::Err(::rpc::server::DispatchError::ProcUnavail),
         }
     }
+}
+/// Serves every version of program `VECHO_PROG` on TCP and UDP (ephemeral ports on all addresses) and registers each version on both with the local rpcbind, as rpcgen's generated server does. Shutting the server down (or dropping it) unregisters them.
+#[allow(non_snake_case, clippy::too_many_arguments)]
+pub fn serve_vecho_prog(
+    vecho_v1: impl VechoV1Server,
+) -> ::core::result::Result<::rpc::server::Server, ::rpc::Error> {
+    ::rpc::server::Server::builder()
+        .service(VechoV1Service(vecho_v1))
+        .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+        .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+        .register(true)
+        .start()
 }

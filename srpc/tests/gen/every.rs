@@ -146,8 +146,7 @@ impl EveryClient {
             let req = self.binding.request(0);
             let _ = req;
         }
-        let rep = self.binding.call(1, 0, 0)?;
-        let _ = rep;
+        self.binding.call_raw(1, 0, 0)?;
         Ok(())
     }
     /// Calls procedure 2 (`add`).
@@ -158,9 +157,8 @@ impl EveryClient {
             srpc::Wire::put(&*b, &mut req[4..8])?;
             let _ = req;
         }
-        let rep = self.binding.call(2, 8, 8)?;
-        srpc::Wire::get_into(sum, &rep[0..8])?;
-        let _ = rep;
+        self.binding.call_raw(2, 8, 8)?;
+        self.binding.result_into(8, 0..8, sum)?;
         Ok(())
     }
     /// Calls procedure 3 (`scale`).
@@ -171,9 +169,8 @@ impl EveryClient {
             srpc::Wire::put(&*k, &mut req[64..72])?;
             let _ = req;
         }
-        let rep = self.binding.call(3, 72, 64)?;
-        srpc::Wire::get_into(v, &rep[0..64])?;
-        let _ = rep;
+        self.binding.call_raw(3, 72, 64)?;
+        self.binding.result_into(64, 0..64, v)?;
         Ok(())
     }
     /// Calls procedure 4 (`echo_record`).
@@ -182,14 +179,8 @@ impl EveryClient {
         r: &Record,
         copy: &mut Record,
     ) -> Result<(), srpc::Error> {
-        {
-            let req = self.binding.request(168);
-            srpc::Wire::put(&*r, &mut req[0..168])?;
-            let _ = req;
-        }
-        let rep = self.binding.call(4, 168, 168)?;
-        srpc::Wire::get_into(copy, &rep[0..168])?;
-        let _ = rep;
+        self.binding.call_whole(4, &*r, 168, 168)?;
+        self.binding.result_into(168, 0..168, copy)?;
         Ok(())
     }
     /// Calls procedure 5 (`reverse`).
@@ -199,9 +190,8 @@ impl EveryClient {
             srpc::Wire::put(&*xs, &mut req[0..4004])?;
             let _ = req;
         }
-        let rep = self.binding.call(5, 4008, 4008)?;
-        srpc::Wire::get_into(xs, &rep[0..4004])?;
-        let _ = rep;
+        self.binding.call_raw(5, 4008, 4008)?;
+        self.binding.result_into(4008, 0..4004, xs)?;
         Ok(())
     }
     /// Calls procedure 6 (`greet`).
@@ -216,10 +206,9 @@ impl EveryClient {
             srpc::Wire::put(&*name, &mut req[0..36])?;
             let _ = req;
         }
-        let rep = self.binding.call(6, 40, 72)?;
-        srpc::Wire::get_into(greeting, &rep[0..68])?;
-        srpc::Wire::get_into(len, &rep[68..72])?;
-        let _ = rep;
+        self.binding.call_raw(6, 40, 72)?;
+        self.binding.result_into(72, 0..68, greeting)?;
+        self.binding.result_into(72, 68..72, len)?;
         Ok(())
     }
     /// Calls procedure 7 (`logic`).
@@ -236,22 +225,15 @@ impl EveryClient {
             srpc::Wire::put(&*b, &mut req[4..8])?;
             let _ = req;
         }
-        let rep = self.binding.call(7, 8, 8)?;
-        srpc::Wire::get_into(both, &rep[0..4])?;
-        srpc::Wire::get_into(either, &rep[4..8])?;
-        let _ = rep;
+        self.binding.call_raw(7, 8, 8)?;
+        self.binding.result_into(8, 0..4, both)?;
+        self.binding.result_into(8, 4..8, either)?;
         Ok(())
     }
     /// Calls procedure 8 (`bump`).
     pub fn bump(&mut self, b: &mut Bytes) -> Result<(), srpc::Error> {
-        {
-            let req = self.binding.request(64);
-            srpc::Wire::put(&*b, &mut req[0..64])?;
-            let _ = req;
-        }
-        let rep = self.binding.call(8, 64, 64)?;
-        srpc::Wire::get_into(b, &rep[0..64])?;
-        let _ = rep;
+        self.binding.call_whole(8, &*b, 64, 64)?;
+        self.binding.result_into(64, 0..64, b)?;
         Ok(())
     }
     /// Calls procedure 9 (`widen`).
@@ -276,11 +258,10 @@ impl EveryClient {
             srpc::Wire::put(&*e, &mut req[10..12])?;
             let _ = req;
         }
-        let rep = self.binding.call(9, 16, 24)?;
-        srpc::Wire::get_into(sum, &rep[0..8])?;
-        srpc::Wire::get_into(signed_sum, &rep[8..16])?;
-        srpc::Wire::get_into(half, &rep[16..20])?;
-        let _ = rep;
+        self.binding.call_raw(9, 16, 24)?;
+        self.binding.result_into(24, 0..8, sum)?;
+        self.binding.result_into(24, 8..16, signed_sum)?;
+        self.binding.result_into(24, 16..20, half)?;
         Ok(())
     }
     /// Calls procedure 10 (`blob`).
@@ -290,9 +271,8 @@ impl EveryClient {
             srpc::Wire::put(&*data, &mut req[0..65540])?;
             let _ = req;
         }
-        let rep = self.binding.call(10, 65544, 65544)?;
-        srpc::Wire::get_into(data, &rep[0..65540])?;
-        let _ = rep;
+        self.binding.call_raw(10, 65544, 65544)?;
+        self.binding.result_into(65544, 0..65540, data)?;
         Ok(())
     }
     /// Calls procedure 11 (`die`).
@@ -301,8 +281,7 @@ impl EveryClient {
             let req = self.binding.request(0);
             let _ = req;
         }
-        let rep = self.binding.call(11, 0, 0)?;
-        let _ = rep;
+        self.binding.call_raw(11, 0, 0)?;
         Ok(())
     }
 }
@@ -397,10 +376,9 @@ pub fn every_dispatch<S: EveryServer + ?Sized>(
             ) -> Result<(), srpc::Error> {
                 {
                     let req = call.request(72);
-                    let v: [f64; 8] = srpc::Wire::get(&req[0..64])?;
                     let k: f64 = srpc::Wire::get(&req[64..72])?;
                     let _ = req;
-                    let mut v = call.inout::<[f64; 8]>(64, 0, v);
+                    let mut v = call.inout_from::<[f64; 8]>(64, 0, &req[0..64])?;
                     svc.scale(&mut v, k);
                 }
                 Ok(())
@@ -431,9 +409,8 @@ pub fn every_dispatch<S: EveryServer + ?Sized>(
             ) -> Result<(), srpc::Error> {
                 {
                     let req = call.request(4008);
-                    let xs: Ints = srpc::Wire::get(&req[0..4004])?;
                     let _ = req;
-                    let mut xs = call.inout::<Ints>(4008, 0, xs);
+                    let mut xs = call.inout_from::<Ints>(4008, 0, &req[0..4004])?;
                     svc.reverse(&mut xs);
                 }
                 Ok(())
@@ -482,9 +459,8 @@ pub fn every_dispatch<S: EveryServer + ?Sized>(
             ) -> Result<(), srpc::Error> {
                 {
                     let req = call.request(64);
-                    let b: Bytes = srpc::Wire::get(&req[0..64])?;
                     let _ = req;
-                    let mut b = call.inout::<Bytes>(64, 0, b);
+                    let mut b = call.inout_from::<Bytes>(64, 0, &req[0..64])?;
                     svc.bump(&mut b);
                 }
                 Ok(())
@@ -521,9 +497,9 @@ pub fn every_dispatch<S: EveryServer + ?Sized>(
             ) -> Result<(), srpc::Error> {
                 {
                     let req = call.request(65544);
-                    let data: srpc::BSeq<u8, 65536> = srpc::Wire::get(&req[0..65540])?;
                     let _ = req;
-                    let mut data = call.inout::<srpc::BSeq<u8, 65536>>(65544, 0, data);
+                    let mut data = call
+                        .inout_from::<srpc::BSeq<u8, 65536>>(65544, 0, &req[0..65540])?;
                     svc.blob(&mut data);
                 }
                 Ok(())

@@ -23,11 +23,46 @@ pub(super) fn builtin_type(name: &str) -> Option<Ty> {
     })
 }
 
-/// Constants that rpcgen's C output gets from the system headers.
+/// Constants that rpcgen's C output gets from the system headers: the standard ONC RPC names
+/// (authentication flavours, RFC 5531 section 8.2 and RFC 5403; the portmapper and rpcbind
+/// program, versions, procedures and port, RFC 1833; RPCSEC_GSS procedures, RFC 2203) and a
+/// few limits of `<rpc/*.h>`. A definition in the input takes precedence.
 pub(super) fn builtin_const(name: &str) -> Option<i128> {
     Some(match name {
         "TRUE" => 1,
         "FALSE" => 0,
+        "AUTH_NONE" | "AUTH_NULL" => 0,
+        "AUTH_SYS" | "AUTH_UNIX" => 1,
+        "AUTH_SHORT" => 2,
+        "AUTH_DH" | "AUTH_DES" => 3,
+        "AUTH_KERB" | "AUTH_KERB4" => 4,
+        "AUTH_RSA" => 5,
+        "RPCSEC_GSS" => 6,
+        "AUTH_TLS" => 7,
+        "PMAPPROG" | "RPCBPROG" => 100000,
+        "PMAPVERS" | "RPCBVERS_2" => 2,
+        "RPCBVERS" | "RPCBVERS_3" => 3,
+        "RPCBVERS4" | "RPCBVERS_4" => 4,
+        "PMAPPORT" => 111,
+        "PMAPPROC_NULL" | "RPCBPROC_NULL" => 0,
+        "PMAPPROC_SET" | "RPCBPROC_SET" => 1,
+        "PMAPPROC_UNSET" | "RPCBPROC_UNSET" => 2,
+        "PMAPPROC_GETPORT" | "RPCBPROC_GETADDR" => 3,
+        "PMAPPROC_DUMP" | "RPCBPROC_DUMP" => 4,
+        "PMAPPROC_CALLIT" | "RPCBPROC_CALLIT" | "RPCBPROC_BCAST" => 5,
+        "RPCBPROC_GETTIME" => 6,
+        "RPCBPROC_UADDR2TADDR" => 7,
+        "RPCBPROC_TADDR2UADDR" => 8,
+        "RPCBPROC_GETVERSADDR" => 9,
+        "RPCBPROC_INDIRECT" => 10,
+        "RPCBPROC_GETADDRLIST" => 11,
+        "RPCBPROC_GETSTAT" => 12,
+        "IPPROTO_TCP" => 6,
+        "IPPROTO_UDP" => 17,
+        "RPCSEC_GSS_DATA" => 0,
+        "RPCSEC_GSS_INIT" => 1,
+        "RPCSEC_GSS_CONTINUE_INIT" => 2,
+        "RPCSEC_GSS_DESTROY" => 3,
         "MAXNETNAMELEN" => 255,
         "MAX_NETOBJ_SZ" => 1024,
         "MAX_AUTH_BYTES" => 400,

@@ -35,11 +35,13 @@
 mod builtins;
 mod names;
 mod program;
+mod sample;
 mod types;
 
 use std::collections::{HashMap, HashSet};
 
 use proc_macro2::TokenStream;
+use quote::quote;
 
 use crate::ast::*;
 use crate::error::{Diagnostic, Error, Location, Result};
@@ -106,11 +108,81 @@ pub fn generate_tokens(spec: &Spec, options: &Options) -> Result<(TokenStream, V
     Ok((out, warnings))
 }
 
+/// A sample client and server (rpcgen's `-a`), each a `main` that includes the generated
+/// module from `<stem>.rs` beside it.
+#[derive(Clone, Debug)]
+pub struct Samples {
+    /// The sample client's source.
+    pub client: String,
+    /// The sample server's source.
+    pub server: String,
+}
+
+/// Generates the sample client and server for `spec`, whose generated code is `<stem>.rs`.
+pub fn generate_samples(spec: &Spec, options: &Options, stem: &str) -> Result<Samples> {
+    let cx = Context::new(spec, options)?;
+    let (client, server) = cx.gen_samples(spec, stem)?;
+    let fmt = |t: TokenStream| -> Result<String> {
+        let file: syn::File = syn::parse2(t).map_err(|e| Error::Internal(format!("{e}")))?;
+        Ok(prettyplease::unparse(&file))
+    };
+    Ok(Samples {
+        client: fmt(client)?,
+        server: fmt(server)?,
+    })
+}
+
 /// The largest bound: `<>` in XDR.
 const UNBOUNDED: u64 = u32::MAX as u64;
 
 /// How deep constant definitions may refer to each other.
 const MAX_CONST_DEPTH: usize = 200;
+
+/// A constant's value: known to the generator, or a constant `name` (plus `offset`, for enum
+/// members counted on from it) that the generated code expects in scope.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Num {
+    Known(i128),
+    External(String, i128),
+}
+
+impl Num {
+    fn plus(self, k: i128) -> Num {
+        match self {
+            Num::Known(n) => Num::Known(n + k),
+            Num::External(name, off) => Num::External(name, off + k),
+        }
+    }
+
+    /// A Rust expression of type `ty` for the value.
+    fn tokens(&self, ty: TokenStream) -> TokenStream {
+        match self {
+            Num::Known(n) => {
+                let l = proc_macro2::Literal::i128_suffixed(*n);
+                quote!(#l as #ty)
+            }
+            Num::External(name, off) => {
+                let id = rust_ident(name);
+                if *off == 0 {
+                    quote!(#id as #ty)
+                } else {
+                    let l = proc_macro2::Literal::i128_unsuffixed(*off);
+                    quote!(#id as #ty + #l)
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::Known(n) => write!(f, "{n}"),
+            Num::External(name, 0) => f.write_str(name),
+            Num::External(name, off) => write!(f, "{name} + {off}"),
+        }
+    }
+}
 
 /// What a type name stands for.
 #[derive(Clone, Copy)]
@@ -147,6 +219,10 @@ struct Context<'a> {
     consts: HashMap<&'a str, (ConstKind<'a>, &'a Location)>,
     /// Names taken in the type namespace by generated client/server items.
     rpc_names: HashSet<String>,
+    /// Procedures left out by xdrgen's `pragma exclude`.
+    excluded: HashSet<&'a str>,
+    /// Struct and union definitions by name (for sample values).
+    defs: HashMap<&'a str, &'a Definition>,
 }
 
 impl<'a> Context<'a> {
@@ -158,6 +234,8 @@ impl<'a> Context<'a> {
             types: HashMap::new(),
             consts: HashMap::new(),
             rpc_names: HashSet::new(),
+            excluded: HashSet::new(),
+            defs: HashMap::new(),
         };
         for def in &spec.definitions {
             match def {
@@ -174,8 +252,14 @@ impl<'a> Context<'a> {
                         cx.add_const(name, ConstKind::EnumMember(e, i), false)?;
                     }
                 }
-                Definition::Struct(s) => cx.add_type(&s.name, TypeKind::Struct)?,
-                Definition::Union(u) => cx.add_type(&u.name, TypeKind::Union)?,
+                Definition::Struct(s) => {
+                    cx.add_type(&s.name, TypeKind::Struct)?;
+                    cx.defs.insert(&s.name.name, def);
+                }
+                Definition::Union(u) => {
+                    cx.add_type(&u.name, TypeKind::Union)?;
+                    cx.defs.insert(&u.name.name, def);
+                }
                 Definition::Typedef(t) => {
                     if let Some(name) = &t.decl.name {
                         // `typedef struct foo foo;` restates a type: nothing new.
@@ -198,6 +282,7 @@ impl<'a> Context<'a> {
             }
         }
         cx.check_finite_types(spec)?;
+        cx.read_pragmas(spec);
         for c in &spec.c_constants {
             if let ConstValue::Value(v) = &c.value {
                 // Pass-through C definitions only fill gaps; they are never emitted.
@@ -224,6 +309,47 @@ impl<'a> Context<'a> {
             }
         }
         Ok(cx)
+    }
+
+    /// Takes in xdrgen's `pragma` lines: `exclude` leaves a procedure out; `big_endian` must
+    /// name an enum (it changes nothing on the wire); the others concern C only. A pragma
+    /// naming nothing known is reported as a warning, never fatal (xdrgen does not check).
+    fn read_pragmas(&mut self, spec: &'a Spec) {
+        let procs: HashSet<&str> = spec
+            .definitions
+            .iter()
+            .filter_map(|d| match d {
+                Definition::Program(p) => Some(p),
+                _ => None,
+            })
+            .flat_map(|p| p.versions.iter())
+            .flat_map(|v| v.procs.iter().map(|pr| pr.name.name.as_str()))
+            .collect();
+        for p in &spec.pragmas {
+            let Some(arg) = p.args.first() else { continue };
+            let problem = match p.directive.name.as_str() {
+                "exclude" => {
+                    self.excluded.insert(&arg.name);
+                    (!procs.contains(arg.name.as_str())).then_some("no procedure is named")
+                }
+                "big_endian" => (!matches!(
+                    self.types.get(arg.name.as_str()),
+                    Some((TypeKind::Enum(_), _))
+                ))
+                .then_some("no enum is named"),
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                self.warnings.borrow_mut().push(Diagnostic {
+                    location: arg.loc.clone(),
+                    message: format!(
+                        "pragma {}: {problem} `{}` in the input",
+                        p.directive.name, arg.name
+                    ),
+                    source_line: None,
+                });
+            }
+        }
     }
 
     /// Refuses types that contain themselves without indirection (`*` or `<>`): they would
@@ -307,7 +433,10 @@ impl<'a> Context<'a> {
         if let Some((_, prev)) = self.types.get(name.name.as_str()) {
             return Err(Error::at(
                 name.loc.clone(),
-                format!("type `{}` is already defined at {prev}", name.name),
+                format!(
+                    "type `{}` is already defined differently at {prev}",
+                    name.name
+                ),
             ));
         }
         self.types.insert(&name.name, (kind, &name.loc));
@@ -321,7 +450,7 @@ impl<'a> Context<'a> {
             }
             return Err(Error::at(
                 name.loc.clone(),
-                format!("`{}` is already defined at {prev}", name.name),
+                format!("`{}` is already defined differently at {prev}", name.name),
             ));
         }
         self.consts.insert(&name.name, (kind, &name.loc));
@@ -330,13 +459,14 @@ impl<'a> Context<'a> {
 
     // ----- constants -----
 
-    fn eval(&self, v: &Value) -> Result<i128> {
+    /// The value of a constant expression: a number, or a constant expected in scope.
+    fn resolve(&self, v: &Value) -> Result<Num> {
         self.eval_depth(v, 0)
     }
 
-    fn eval_depth(&self, v: &Value, depth: usize) -> Result<i128> {
+    fn eval_depth(&self, v: &Value, depth: usize) -> Result<Num> {
         match v {
-            Value::Number(n, _) => Ok(*n),
+            Value::Number(n, _) => Ok(Num::Known(*n)),
             Value::Name(id) => {
                 if depth > MAX_CONST_DEPTH {
                     return Err(Error::at(
@@ -355,11 +485,23 @@ impl<'a> Context<'a> {
                         ),
                     )),
                     None => match builtin_const(&id.name) {
-                        Some(n) => Ok(n),
-                        None => Err(Error::at(
-                            id.loc.clone(),
-                            format!("unknown constant `{}`", id.name),
-                        )),
+                        Some(n) => Ok(Num::Known(n)),
+                        None if self.strict || self.types.contains_key(id.name.as_str()) => Err(
+                            Error::at(id.loc.clone(), format!("unknown constant `{}`", id.name)),
+                        ),
+                        None => {
+                            // rpcgen passes the name to C, where a header the file includes
+                            // defines it: expect it in scope, as undefined types are.
+                            self.warnings.borrow_mut().push(Diagnostic {
+                                location: id.loc.clone(),
+                                message: format!(
+                                    "constant `{}` is not defined here; the generated code expects it in scope",
+                                    id.name
+                                ),
+                                source_line: None,
+                            });
+                            Ok(Num::External(id.name.clone(), 0))
+                        }
                     },
                 }
             }
@@ -368,42 +510,61 @@ impl<'a> Context<'a> {
 
     /// The value of member `index` of `e`: its own value, or the nearest earlier explicit value
     /// plus the distance (C's rule).
-    fn enum_value(&self, e: &EnumDef, index: usize, depth: usize) -> Result<i128> {
+    fn enum_value(&self, e: &EnumDef, index: usize, depth: usize) -> Result<Num> {
         let mut j = index;
         loop {
             if let Some((_, Some(v))) = e.values.get(j) {
-                return Ok(self.eval_depth(v, depth)? + (index - j) as i128);
+                return Ok(self.eval_depth(v, depth)?.plus((index - j) as i128));
             }
             if j == 0 {
-                return Ok(index as i128);
+                return Ok(Num::Known(index as i128));
             }
             j -= 1;
         }
     }
 
-    /// A size or bound: 0 ..= 2^32-1.
-    fn size(&self, v: &Value) -> Result<u64> {
-        let n = self.eval(v)?;
-        u32::try_from(n).map(u64::from).map_err(|_| {
-            Error::at(
-                v.loc().clone(),
-                format!("size {n} is out of range (0 ..= 4294967295)"),
-            )
-        })
+    /// A size or bound (0 ..= 2^32-1) as a const generic argument of type `ty` (`usize` or
+    /// `u32`): a literal, or a cast of a constant expected in scope.
+    fn size(&self, v: &Value, ty: TokenStream) -> Result<TokenStream> {
+        match self.resolve(v)? {
+            Num::Known(n) => u32::try_from(n)
+                .map(|n| {
+                    let l = lit(u64::from(n));
+                    quote!(#l)
+                })
+                .map_err(|_| {
+                    Error::at(
+                        v.loc().clone(),
+                        format!("size {n} is out of range (0 ..= 4294967295)"),
+                    )
+                }),
+            ext => {
+                let e = ext.tokens(ty);
+                Ok(quote!({ #e }))
+            }
+        }
     }
 
-    fn bound(&self, v: &Option<Value>) -> Result<u64> {
-        v.as_ref().map_or(Ok(UNBOUNDED), |v| self.size(v))
+    fn bound(&self, v: &Option<Value>, ty: TokenStream) -> Result<TokenStream> {
+        match v {
+            Some(v) => self.size(v, ty),
+            None => {
+                let l = lit(UNBOUNDED);
+                Ok(quote!(#l))
+            }
+        }
     }
 
     /// A program, version or procedure number.
-    fn number_u32(&self, v: &Value) -> Result<u32> {
-        let n = self.eval(v)?;
-        u32::try_from(n).map_err(|_| {
-            Error::at(
-                v.loc().clone(),
-                format!("number {n} is out of range (0 ..= 4294967295)"),
-            )
-        })
+    fn number_u32(&self, v: &Value) -> Result<Num> {
+        match self.resolve(v)? {
+            Num::Known(n) => u32::try_from(n).map(|_| Num::Known(n)).map_err(|_| {
+                Error::at(
+                    v.loc().clone(),
+                    format!("number {n} is out of range (0 ..= 4294967295)"),
+                )
+            }),
+            ext => Ok(ext),
+        }
     }
 }

@@ -6,7 +6,7 @@ use proc_macro2::{Ident as RIdent, TokenStream};
 use quote::{format_ident, quote};
 
 use super::names::*;
-use super::Context;
+use super::{Context, Num};
 use crate::ast::*;
 use crate::error::{Error, Result};
 
@@ -18,14 +18,14 @@ impl Context<'_> {
         let mut out = TokenStream::new();
         let pname = rust_ident(&p.name.name);
         let attrs = allow_upper(&p.name.name);
-        let n = lit(u64::from(prog_num));
+        let n = u32_expr(&prog_num);
         out.extend(quote! { #attrs pub const #pname: u32 = #n; });
         let mut emitted: HashSet<&str> = HashSet::new();
         for v in &p.versions {
             let vers_num = self.number_u32(&v.number)?;
             let vname = rust_ident(&v.name.name);
             let attrs = allow_upper(&v.name.name);
-            let n = lit(u64::from(vers_num));
+            let n = u32_expr(&vers_num);
             out.extend(quote! { #attrs pub const #vname: u32 = #n; });
             for pr in &v.procs {
                 // Procedure names repeat across versions; the first definition wins, as the
@@ -34,36 +34,37 @@ impl Context<'_> {
                     && emitted.insert(&pr.name.name)
                 {
                     let id = rust_ident(&pr.name.name);
-                    let n = lit(u64::from(self.number_u32(&pr.number)?));
+                    let n = u32_expr(&self.number_u32(&pr.number)?);
                     let attrs = allow_upper(&pr.name.name);
                     out.extend(quote! { #attrs pub const #id: u32 = #n; });
                 }
             }
-            out.extend(self.gen_version(p, prog_num, v, vers_num)?);
+            out.extend(self.gen_version(p, &prog_num, v, &vers_num)?);
         }
+        out.extend(serve_fn(p));
         Ok(out)
     }
 
     pub(super) fn gen_version(
         &self,
         p: &ProgramDef,
-        prog: u32,
+        prog: &Num,
         v: &VersionDef,
-        vers: u32,
+        vers: &Num,
     ) -> Result<TokenStream> {
         let base = camel_case(&v.name.name);
-        let (prog_l, vers_l) = (lit(u64::from(prog)), lit(u64::from(vers)));
+        let (prog_l, vers_l) = (u32_expr(prog), u32_expr(vers));
         let client = format_ident!("{}Client", base);
         let server = format_ident!("{}Server", base);
         let service = format_ident!("{}Service", base);
         let mut client_methods = Vec::new();
         let mut server_methods = Vec::new();
         let mut dispatch_arms = Vec::new();
-        let mut numbers: HashMap<u32, &Ident> = HashMap::new();
+        let mut numbers: HashMap<Num, &Ident> = HashMap::new();
         let mut method_names: HashSet<String> = HashSet::new();
         for pr in &v.procs {
             let num = self.number_u32(&pr.number)?;
-            if let Some(prev) = numbers.insert(num, &pr.name) {
+            if let Some(prev) = numbers.insert(num.clone(), &pr.name) {
                 return Err(Error::at(
                     pr.number.loc().clone(),
                     format!(
@@ -72,8 +73,8 @@ impl Context<'_> {
                     ),
                 ));
             }
-            let mut mname = pr.name.name.to_lowercase();
-            if !method_names.insert(mname.clone()) {
+            let mname = super::sample::method_name(&pr.name.name);
+            if !method_names.insert(pr.name.name.to_lowercase()) {
                 return Err(Error::at(
                     pr.name.loc.clone(),
                     format!(
@@ -82,8 +83,9 @@ impl Context<'_> {
                     ),
                 ));
             }
-            if matches!(mname.as_str(), "new" | "into_inner") {
-                mname.push('_');
+            if self.excluded.contains(pr.name.name.as_str()) {
+                // xdrgen's `pragma exclude`: the procedure is written by hand.
+                continue;
             }
             let method = rust_ident(&mname);
             let result = self.rust_ty(&pr.result)?;
@@ -99,7 +101,14 @@ impl Context<'_> {
                 .iter()
                 .map(|a| self.rust_ty(&a.ty))
                 .collect::<Result<Vec<_>>>()?;
-            let num_lit = lit(u64::from(num));
+            let num_lit = u32_expr(&num);
+            let num_pat = match &num {
+                Num::Known(_) => num_lit.clone(),
+                ext => {
+                    let e = ext.tokens(quote!(u32));
+                    quote!(p if p == #e)
+                }
+            };
             let doc = format!(" Procedure `{}` ({num}).", pr.name.name);
             let call_args = match arg_ids.len() {
                 0 => quote!(&()),
@@ -137,19 +146,18 @@ impl Context<'_> {
             } else {
                 quote! {
                     let result: #result = self.0.#method(#(#arg_ids),*);
-                    let bytes = ::rpc::xdr::to_bytes(&result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
-                    reply.extend_from_slice(&bytes);
+                    ::rpc::xdr::to_writer(&mut *reply, &result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
                 }
             };
             dispatch_arms.push(quote! {
-                #num_lit => {
+                #num_pat => {
                     #decode
                     #encode
                     ::core::result::Result::Ok(())
                 }
             });
         }
-        if !numbers.contains_key(&0) {
+        if !numbers.contains_key(&Num::Known(0)) {
             dispatch_arms.push(quote! {
                 0 => ::core::result::Result::Ok(())
             });
@@ -167,7 +175,7 @@ impl Context<'_> {
             p.name.name, v.name.name
         );
         let attrs = quote!(#[allow(non_snake_case, clippy::too_many_arguments)]);
-        let (prog, vers) = (lit(u64::from(prog)), lit(u64::from(vers)));
+        let (prog, vers) = (u32_expr(prog), u32_expr(vers));
         Ok(quote! {
             #[doc = #client_doc]
             pub struct #client<C: ::rpc::client::Call> {
@@ -214,6 +222,50 @@ impl Context<'_> {
                 }
             }
         })
+    }
+}
+
+/// `serve_<program>(one server per version)`: what rpcgen's generated `main` does (a
+/// transport handle per protocol, `svc_register` with the portmapper), in one call.
+fn serve_fn(p: &ProgramDef) -> TokenStream {
+    let f = format_ident!("serve_{}", p.name.name.to_lowercase());
+    let mut params = Vec::new();
+    let mut services = Vec::new();
+    for v in &p.versions {
+        let arg = rust_ident(&v.name.name.to_lowercase());
+        let server = format_ident!("{}Server", camel_case(&v.name.name));
+        let service = format_ident!("{}Service", camel_case(&v.name.name));
+        params.push(quote!(#arg: impl #server));
+        services.push(quote!(.service(#service(#arg))));
+    }
+    let doc = format!(
+        " Serves every version of program `{}` on TCP and UDP (ephemeral ports on all \
+         addresses) and registers each version on both with the local rpcbind, as rpcgen's \
+         generated server does. Shutting the server down (or dropping it) unregisters them.",
+        p.name.name
+    );
+    quote! {
+        #[doc = #doc]
+        #[allow(non_snake_case, clippy::too_many_arguments)]
+        pub fn #f(#(#params),*) -> ::core::result::Result<::rpc::server::Server, ::rpc::Error> {
+            ::rpc::server::Server::builder()
+                #(#services)*
+                .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+                .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
+                .register(true)
+                .start()
+        }
+    }
+}
+
+/// A `u32` expression: a literal, or a cast of a constant expected in scope.
+fn u32_expr(n: &Num) -> TokenStream {
+    match n {
+        Num::Known(k) => {
+            let l = lit(u64::try_from(*k).unwrap_or(0));
+            quote!(#l)
+        }
+        ext => ext.tokens(quote!(u32)),
     }
 }
 

@@ -7,7 +7,7 @@ use quote::{format_ident, quote};
 
 use super::builtins::{builtin_struct, builtin_type};
 use super::names::*;
-use super::{Context, Disc, TypeKind, MAX_CONST_DEPTH};
+use super::{Context, Disc, Num, TypeKind, MAX_CONST_DEPTH};
 use crate::ast::*;
 use crate::error::{Diagnostic, Error, Location, Result};
 
@@ -18,7 +18,15 @@ impl<'a> Context<'a> {
         Ok(match &c.value {
             ConstValue::Str(s) => quote! { #attrs pub const #name: &str = #s; },
             ConstValue::Value(v) => {
-                let n = self.eval(v)?;
+                let n = match self.resolve(v)? {
+                    Num::Known(n) => n,
+                    // Defined from a constant expected in scope: its type is unknown here,
+                    // and every integer constant fits in an i64 once cast.
+                    ext => {
+                        let e = ext.tokens(quote!(i64));
+                        return Ok(quote! { #attrs pub const #name: i64 = #e; });
+                    }
+                };
                 let (ty, value) = typed_literal(n).ok_or_else(|| {
                     Error::at(
                         v.loc().clone(),
@@ -87,24 +95,24 @@ impl<'a> Context<'a> {
             }
             Ty::FixedArray(t, n) => {
                 let t = self.rust_ty(t)?;
-                let n = lit(self.size(n)?);
+                let n = self.size(n, quote!(usize))?;
                 quote!(::rpc::xdr::FixedArray<#t, #n>)
             }
             Ty::VarArray(t, b) => {
                 let t = self.rust_ty(t)?;
-                let b = lit(self.bound(b)?);
+                let b = self.bound(b, quote!(u32))?;
                 quote!(::rpc::xdr::VarArray<#t, #b>)
             }
             Ty::FixedOpaque(n) => {
-                let n = lit(self.size(n)?);
+                let n = self.size(n, quote!(usize))?;
                 quote!(::rpc::xdr::FixedOpaque<#n>)
             }
             Ty::VarOpaque(b) => {
-                let b = lit(self.bound(b)?);
+                let b = self.bound(b, quote!(u32))?;
                 quote!(::rpc::xdr::Opaque<#b>)
             }
             Ty::String(b) => {
-                let b = lit(self.bound(b)?);
+                let b = self.bound(b, quote!(u32))?;
                 quote!(::rpc::xdr::XdrString<#b>)
             }
         })
@@ -167,27 +175,39 @@ impl<'a> Context<'a> {
         let mut variants = Vec::new();
         let mut aliases = Vec::new();
         let mut arms = Vec::new();
-        let mut by_value: HashMap<i32, RIdent> = HashMap::new();
+        let mut by_value: HashMap<Num, RIdent> = HashMap::new();
         for (i, (vname, _)) in e.values.iter().enumerate() {
-            let n = self.enum_value(e, i, 0)?;
-            let n = i32::try_from(n).map_err(|_| {
-                Error::at(
-                    vname.loc.clone(),
-                    format!("enum value {n} does not fit in an int"),
-                )
-            })?;
+            let num = self.enum_value(e, i, 0)?;
             let v = rust_ident(&vname.name);
-            if let Some(first) = by_value.get(&n) {
+            if let Some(first) = by_value.get(&num) {
                 // Rust enums cannot repeat a discriminant: a later name for the same value
                 // becomes an associated constant.
                 aliases.push(quote!(pub const #v: Self = Self::#first;));
                 continue;
             }
-            by_value.insert(n, v.clone());
-            let nl = Literal::i32_unsuffixed(n);
-            variants.push(quote!(#v = #nl));
-            let pat = Literal::i32_suffixed(n);
-            arms.push(quote!(#pat => ::core::result::Result::Ok(Self::#v)));
+            by_value.insert(num.clone(), v.clone());
+            match num {
+                Num::Known(n) => {
+                    let n = i32::try_from(n).map_err(|_| {
+                        Error::at(
+                            vname.loc.clone(),
+                            format!("enum value {n} does not fit in an int"),
+                        )
+                    })?;
+                    let nl = Literal::i32_unsuffixed(n);
+                    variants.push(quote!(#v = #nl));
+                    let pat = Literal::i32_suffixed(n);
+                    arms.push(quote!(#pat => ::core::result::Result::Ok(Self::#v)));
+                }
+                ext => {
+                    // Counted from a constant expected in scope: Rust computes the value.
+                    let e = ext.tokens(quote!(i32));
+                    variants.push(quote!(#v = #e));
+                    arms.push(
+                        quote!(x if x == Self::#v as i32 => ::core::result::Result::Ok(Self::#v)),
+                    );
+                }
+            }
         }
         let member_names: Vec<&str> = e.values.iter().map(|(n, _)| n.name.as_str()).collect();
         let attrs = allow_type_name(&e.name.name, &member_names);
@@ -259,12 +279,14 @@ impl<'a> Context<'a> {
 
         struct Case {
             variant: RIdent,
-            /// The discriminant as an expression and as a match pattern.
+            /// The discriminant as an expression.
             disc: TokenStream,
+            /// The match arm's pattern (with a guard for a constant expected in scope).
+            pat: TokenStream,
             data: Option<TokenStream>,
         }
         let mut cases: Vec<Case> = Vec::new();
-        let mut seen_values: HashMap<i128, &Location> = HashMap::new();
+        let mut seen_values: HashMap<Num, &Location> = HashMap::new();
         let mut variant_names = HashSet::new();
         for arm in &u.arms {
             let data = match arm.decl.ty {
@@ -272,8 +294,8 @@ impl<'a> Context<'a> {
                 _ => Some(self.rust_ty(&arm.decl.ty)?),
             };
             for label in &arm.cases {
-                let (value, disc_tokens) = self.case_label(&disc, label)?;
-                if let Some(prev) = seen_values.insert(value, label.loc()) {
+                let (value, disc_tokens, pat) = self.case_label(&disc, label)?;
+                if let Some(prev) = seen_values.insert(value.clone(), label.loc()) {
                     return Err(Error::at(
                         label.loc().clone(),
                         format!("case value {value} is already used at {prev}"),
@@ -293,6 +315,7 @@ impl<'a> Context<'a> {
                 cases.push(Case {
                     variant: rust_ident(&vname),
                     disc: disc_tokens,
+                    pat,
                     data: data.clone(),
                 });
             }
@@ -309,6 +332,7 @@ impl<'a> Context<'a> {
         for c in &cases {
             let v = &c.variant;
             let d = &c.disc;
+            let p = &c.pat;
             match &c.data {
                 Some(t) => {
                     variants.push(quote!(#v(#t)));
@@ -321,7 +345,7 @@ impl<'a> Context<'a> {
                         }
                     });
                     de_arms.push(quote! {
-                        #d => {
+                        #p => {
                             let data = seq.next_element()?.ok_or_else(|| <A::Error as ::rpc::serde::de::Error>::invalid_length(1, &self))?;
                             ::core::result::Result::Ok(#name::#v(data))
                         }
@@ -337,7 +361,7 @@ impl<'a> Context<'a> {
                         }
                     });
                     de_arms.push(quote! {
-                        #d => ::core::result::Result::Ok(#name::#v)
+                        #p => ::core::result::Result::Ok(#name::#v)
                     });
                 }
             }
@@ -415,44 +439,75 @@ impl<'a> Context<'a> {
         })
     }
 
-    /// A case label's value and its Rust expression (also usable as a pattern).
-    pub(super) fn case_label(&self, disc: &Disc<'_>, label: &Value) -> Result<(i128, TokenStream)> {
+    /// A case label's value, its Rust expression and its match pattern.
+    pub(super) fn case_label(
+        &self,
+        disc: &Disc<'_>,
+        label: &Value,
+    ) -> Result<(Num, TokenStream, TokenStream)> {
         let out_of_range = |n: i128, what: &str| {
             Error::at(
                 label.loc().clone(),
                 format!("case value {n} is not a valid {what}"),
             )
         };
-        match disc {
+        let num = self.resolve(label)?;
+        let n = match num {
+            Num::Known(n) => n,
+            Num::External(..) => {
+                // A constant expected in scope: compared at run time.
+                let ty = match disc {
+                    Disc::Int => quote!(i32),
+                    Disc::UInt => quote!(u32),
+                    Disc::Bool | Disc::Enum(_) => {
+                        return Err(Error::at(
+                            label.loc().clone(),
+                            format!(
+                            "case `{num}` must be known here: a bool or enum discriminant takes \
+                             TRUE, FALSE or a member of the enum (define `{num}` in the input)"
+                        ),
+                        ))
+                    }
+                };
+                let e = num.tokens(ty);
+                return Ok((num, quote!((#e)), quote!(d if d == #e)));
+            }
+        };
+        let (n, e) = match disc {
             Disc::Enum(e) => {
-                let n = self.eval(label)?;
+                let mut found = None;
                 for (i, (member, _)) in e.values.iter().enumerate() {
-                    if self.enum_value(e, i, 0)? == n {
+                    if self.enum_value(e, i, 0)? == Num::Known(n) {
                         let ty = type_ident(&e.name.name);
                         let m = rust_ident(&member.name);
-                        return Ok((n, quote!(#ty::#m)));
+                        found = Some(quote!(#ty::#m));
+                        break;
                     }
                 }
-                Err(out_of_range(n, &format!("value of enum `{}`", e.name.name)))
+                match found {
+                    Some(t) => (n, t),
+                    None => {
+                        return Err(out_of_range(n, &format!("value of enum `{}`", e.name.name)))
+                    }
+                }
             }
-            Disc::Bool => match self.eval(label)? {
-                0 => Ok((0, quote!(false))),
-                1 => Ok((1, quote!(true))),
-                n => Err(out_of_range(n, "bool (TRUE or FALSE)")),
+            Disc::Bool => match n {
+                0 => (0, quote!(false)),
+                1 => (1, quote!(true)),
+                n => return Err(out_of_range(n, "bool (TRUE or FALSE)")),
             },
             Disc::Int => {
-                let n = self.eval(label)?;
                 let v = i32::try_from(n).map_err(|_| out_of_range(n, "int"))?;
                 let l = Literal::i32_suffixed(v);
-                Ok((n, quote!(#l)))
+                (n, quote!(#l))
             }
             Disc::UInt => {
-                let n = self.eval(label)?;
                 let v = u32::try_from(n).map_err(|_| out_of_range(n, "unsigned int"))?;
                 let l = Literal::u32_suffixed(v);
-                Ok((n, quote!(#l)))
+                (n, quote!(#l))
             }
-        }
+        };
+        Ok((Num::Known(n), e.clone(), e))
     }
 }
 

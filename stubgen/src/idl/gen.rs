@@ -440,7 +440,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         for (q, (off, size)) in p.outs.iter().zip(&p.rep.0) {
             let n = format_ident!("{}", q.name);
             let (a, b) = (lit(*off), lit(off + size));
-            gets.push(quote!(srpc::Wire::get_into(#n, &rep[#a..#b])?;));
+            gets.push(quote!(self.binding.result_into(#rps, #a..#b, #n)?;));
         }
         let doc = format!(" Calls procedure {} (`{}`).", pr.number, pr.name);
         // One argument per parameter, as the interface has them.
@@ -449,18 +449,28 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         } else {
             quote!()
         };
-        client_fns.push(quote! {
-            #[doc = #doc]
-            #many
-            pub fn #f(&mut self, #(#args),*) -> Result<(), srpc::Error> {
+        // A single argument that is the whole request block is handed over as it is (a byte
+        // array then leaves from the caller's memory).
+        let send = match (p.ins.as_slice(), p.req.0.as_slice()) {
+            ([q], [(0, size)]) if *size == p.req.1 => {
+                let n = format_ident!("{}", q.name);
+                quote!(self.binding.call_whole(#num, &*#n, #rqs, #rps)?;)
+            }
+            _ => quote! {
                 {
                     let req = self.binding.request(#rqs);
                     #(#puts)*
                     let _ = req;
                 }
-                let rep = self.binding.call(#num, #rqs, #rps)?;
+                self.binding.call_raw(#num, #rqs, #rps)?;
+            },
+        };
+        client_fns.push(quote! {
+            #[doc = #doc]
+            #many
+            pub fn #f(&mut self, #(#args),*) -> Result<(), srpc::Error> {
+                #send
                 #(#gets)*
-                let _ = rep;
                 Ok(())
             }
         });
@@ -494,14 +504,16 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
                     call_args.push(quote!(&mut #n));
                 }
             }
-            if q.dir != Dir::Out {
+            let (in_a, in_b) = {
                 let (off, size) = in_pos
                     .iter()
                     .find(|(x, _)| x.name == q.name)
                     .map(|(_, l)| *l)
                     .unwrap_or((0, 0));
-                let (a, b) = (lit(off), lit(off + size));
-                decode.push(quote!(let #n: #t = srpc::Wire::get(&req[#a..#b])?;));
+                (lit(off), lit(off + size))
+            };
+            if q.dir == Dir::In {
+                decode.push(quote!(let #n: #t = srpc::Wire::get(&req[#in_a..#in_b])?;));
             }
             if q.dir != Dir::In {
                 let (off, _) = out_pos
@@ -512,7 +524,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
                 let o = lit(off);
                 make.push(match q.dir {
                     Dir::Out => quote!(let mut #n = call.out::<#t>(#rps, #o);),
-                    _ => quote!(let mut #n = call.inout::<#t>(#rps, #o, #n);),
+                    _ => quote!(let mut #n = call.inout_from::<#t>(#rps, #o, &req[#in_a..#in_b])?;),
                 });
             }
         }

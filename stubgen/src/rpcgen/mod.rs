@@ -136,7 +136,8 @@ pub(crate) fn parse_with_lines(text: &str, file: &str) -> Result<Parsed> {
 }
 
 fn parse_lexed(lexed: &lexer::Lexed) -> Result<Spec> {
-    let mut spec = parser::parse(&lexed.tokens)?;
+    let (mut spec, spans) = parser::parse_with_spans(&lexed.tokens)?;
+    drop_repeated_definitions(&mut spec, &spans, &lexed.tokens);
     spec.c_constants = lexed
         .c_defines
         .iter()
@@ -149,6 +150,50 @@ fn parse_lexed(lexed: &lexer::Lexed) -> Result<Spec> {
         })
         .collect();
     Ok(spec)
+}
+
+/// Drops a definition that repeats an earlier one of the same name word for word, as rpcgen
+/// accepts (a file included twice, a constant restated): only the first is generated. A
+/// repetition that differs is left in place for the generator to refuse with both locations.
+fn drop_repeated_definitions(
+    spec: &mut Spec,
+    spans: &[std::ops::Range<usize>],
+    tokens: &[lexer::Token],
+) {
+    use crate::ast::Definition;
+    fn name(d: &Definition) -> Option<&str> {
+        Some(match d {
+            Definition::Const(c) => &c.name.name,
+            Definition::Enum(e) => &e.name.name,
+            Definition::Struct(s) => &s.name.name,
+            Definition::Union(u) => &u.name.name,
+            Definition::Typedef(t) => &t.decl.name.as_ref()?.name,
+            Definition::Program(p) => &p.name.name,
+        })
+    }
+    let words = |i: usize| {
+        let r = spans.get(i).cloned().unwrap_or(0..0);
+        tokens
+            .get(r)
+            .unwrap_or(&[])
+            .iter()
+            .map(|t| &t.tok)
+            .collect::<Vec<_>>()
+    };
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    let mut keep = vec![true; spec.definitions.len()];
+    for (i, d) in spec.definitions.iter().enumerate() {
+        let Some(n) = name(d) else { continue };
+        match first.get(n) {
+            Some(&j) if words(j) == words(i) => keep[i] = false,
+            Some(_) => {}
+            None => {
+                first.insert(n, i);
+            }
+        }
+    }
+    let mut k = keep.into_iter();
+    spec.definitions.retain(|_| k.next().unwrap_or(true));
 }
 
 /// Parses already-preprocessed text (line markers are honoured; `file` names the input until a

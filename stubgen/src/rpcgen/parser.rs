@@ -11,13 +11,36 @@ use crate::error::{Error, Location, Result};
 
 /// Parses a token stream (ending with [`Tok::Eof`]) into definitions.
 pub fn parse(tokens: &[Token]) -> Result<Spec> {
+    parse_with_spans(tokens).map(|(spec, _)| spec)
+}
+
+/// Parses a token stream and also returns, for each definition, the range of tokens it was
+/// read from (to recognise a definition repeated word for word).
+pub fn parse_with_spans(tokens: &[Token]) -> Result<(Spec, Vec<std::ops::Range<usize>>)> {
     let mut p = Parser { tokens, pos: 0 };
     let mut spec = Spec::default();
+    let mut spans = Vec::new();
     while !p.at_eof() {
+        if p.is_keyword("pragma") {
+            spec.pragmas.push(p.pragma()?);
+            continue;
+        }
+        let start = p.pos;
         spec.definitions.push(p.definition()?);
+        spans.push(start..p.pos);
     }
-    Ok(spec)
+    Ok((spec, spans))
 }
+
+/// xdrgen's directives and how many names each takes.
+const PRAGMAS: &[(&str, usize)] = &[
+    ("header", 1),
+    ("big_endian", 1),
+    ("exclude", 1),
+    ("public", 1),
+    ("pages", 2),
+    ("skip", 1),
+];
 
 struct Parser<'a> {
     tokens: &'a [Token],
@@ -156,6 +179,36 @@ impl<'a> Parser<'a> {
             }
             _ => self.error("a number or a constant name"),
         }
+    }
+
+    /// `pragma DIRECTIVE NAME [NAME];` (the Linux kernel's xdrgen dialect). `pragma` is not
+    /// a word of the rpcgen language, so it cannot start a definition: no ambiguity.
+    fn pragma(&mut self) -> Result<Pragma> {
+        self.bump();
+        let directive = match &self.peek().tok {
+            Tok::Ident(s) if PRAGMAS.iter().any(|(d, _)| d == s) => {
+                let t = self.bump();
+                Ident {
+                    name: s.clone(),
+                    loc: t.loc.clone(),
+                }
+            }
+            _ => {
+                return self.error(
+                    "a pragma directive (`header`, `big_endian`, `exclude`, `public`, `pages` or `skip`)",
+                )
+            }
+        };
+        let arity = PRAGMAS
+            .iter()
+            .find(|(d, _)| *d == directive.name)
+            .map_or(1, |(_, n)| *n);
+        let mut args = vec![self.ident("a name")?];
+        if arity == 2 {
+            args.push(self.ident("a second name")?);
+        }
+        self.expect_punct(';')?;
+        Ok(Pragma { directive, args })
     }
 
     fn definition(&mut self) -> Result<Definition> {

@@ -86,3 +86,41 @@ fn write_if_changed(path: &Path, content: &str) {
         std::fs::write(path, content).unwrap();
     }
 }
+
+fn rpcbind_answers() -> bool {
+    Command::new("rpcinfo")
+        .args(["-T", "tcp", "127.0.0.1", "100000", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Makes sure rpcbind runs (starting `rpcbind -f` in the background if needed); false, with
+/// a message, if it cannot be started.
+pub fn ensure_rpcbind() -> bool {
+    if rpcbind_answers() {
+        return true;
+    }
+    if let Err(e) = Command::new("rpcbind")
+        .arg("-f")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        eprintln!("SKIPPED: rpcbind is not running and `rpcbind -f` failed to start: {e}");
+        return false;
+    }
+    // Poll until it answers: there is no event to wait on for another process's socket.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if rpcbind_answers() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!("SKIPPED: started `rpcbind -f` but it does not answer on 127.0.0.1:111");
+    false
+}
