@@ -740,7 +740,9 @@ impl Svm {
 
     #[cold]
     fn write_fault(&self, p: usize) -> Result<()> {
-        let _in = self.svc.awake();
+        // Inside the library only where the fault communicates (a fetch): the first write
+        // to a valid page is bookkeeping here.
+        let _in = (self.state[p].get() == INVALID).then(|| self.svc.awake());
         let t0 = pace::now_ns();
         pace::charge(Cost::AccessFault);
         let home = self.home[p];
