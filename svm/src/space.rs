@@ -743,7 +743,10 @@ impl Svm {
         // Inside the library only where the fault communicates (a fetch): the first write
         // to a valid page is bookkeeping here.
         let _in = (self.state[p].get() == INVALID).then(|| self.svc.awake());
-        let t0 = pace::now_ns();
+        // Timed where it communicates or costs modelled time; on shm a fault that is only
+        // bookkeeping would cost twice as much with its two clock reads.
+        let timed = _in.is_some() || pace::is_paced();
+        let t0 = if timed { pace::now_ns() } else { 0 };
         pace::charge(Cost::AccessFault);
         let home = self.home[p];
         if home == NO_HOME {
@@ -763,7 +766,9 @@ impl Svm {
         let through_binding = home as usize != self.me && self.cfg.protocol == Protocol::Aurc;
         self.state[p].set(if through_binding { WRITE } else { DIRECT });
         s.write_faults += 1;
-        s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        if timed {
+            s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        }
         Ok(())
     }
 

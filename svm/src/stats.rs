@@ -78,7 +78,9 @@ stats! {
     au_bytes,
     /// Requests served here (page, lock and flag requests and forwards).
     requests_served,
-    /// Time inside the protocol: faults, fetches, acquires, releases, barriers (ns).
+    /// Time inside the protocol: faults, fetches, acquires, releases, barriers (ns). Off
+    /// the simulator, a write fault that needs no fetch (a first write to a valid page) is
+    /// counted in `write_faults` but not timed.
     protocol_ns,
 }
 
