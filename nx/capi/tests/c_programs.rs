@@ -4,50 +4,22 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use vmmc_run::testing::{cargo_build, run_job, target_dir};
+use vmmc_run::testing::run_job;
+
+mod common;
 
 /// A job's time limit.
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Builds libnx.so and the launcher in this test's profile, once per test process.
-fn build() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| cargo_build(&["nx-capi", "vmmc-run"]));
-    let so = target_dir().join("libnx.so");
-    assert!(so.exists(), "{} missing after the build", so.display());
-}
-
-/// Compiles `tests/c/<name>.c` with `cc -lnx` into a scratch directory.
+/// Compiles `tests/c/<name>.c` with `cc -lnx` (or `$CC`) into a scratch directory.
 fn compile(name: &str) -> PathBuf {
-    build();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let dir = std::env::temp_dir().join(format!("nx-capi-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let exe = dir.join(name);
-    let target = target_dir();
-    let o = Command::new(&cc)
-        .args(["-std=gnu99", "-O1", "-Wall", "-Werror"])
-        .arg(format!("-I{}", crate_dir().join("include").display()))
-        .arg(crate_dir().join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", target.display()))
-        .arg("-lnx")
-        .arg(format!("-Wl,-rpath,{}", target.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("no C compiler `{cc}` (install one or set CC): {e}"));
-    assert!(
-        o.status.success(),
-        "compiling tests/c/{name}.c failed:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    exe
+    common::compile(
+        &format!("{name}.c"),
+        &cc,
+        &["-std=gnu99", "-O1", "-Wall", "-Werror"],
+        name,
+    )
 }
 
 struct Job {

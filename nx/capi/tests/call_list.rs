@@ -3,23 +3,14 @@
 //! unchanged: K&R C with -std=gnu89 and with the compiler's default, Fortran 77 with
 //! gfortran, run as jobs of 2-4 processes.
 
+use common::{build, compile, crate_dir};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use vmmc_run::testing::{cargo_build, run_job, target_dir};
+use vmmc_run::testing::run_job;
 
-fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn build() -> PathBuf {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| cargo_build(&["nx-capi", "vmmc-run"]));
-    let so = target_dir().join("libnx.so");
-    assert!(so.exists(), "{} missing after the build", so.display());
-    so
-}
+mod common;
 
 /// The functions libnx.so exports.
 fn exported() -> BTreeSet<String> {
@@ -151,34 +142,6 @@ fn libnx_exports_the_whole_call_list() {
             c.name
         );
     }
-}
-
-/// Compiles `tests/c/<file>` with `compiler` and `flags` against libnx.
-fn compile(file: &str, compiler: &str, flags: &[&str], tag: &str) -> PathBuf {
-    build();
-    let dir = std::env::temp_dir().join(format!("nx-calls-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    let exe = dir.join(tag);
-    let target = target_dir();
-    let o = Command::new(compiler)
-        .args(flags)
-        .arg(format!("-I{}", crate_dir().join("include").display()))
-        .arg(crate_dir().join("tests/c").join(file))
-        .arg(format!("-L{}", target.display()))
-        .arg("-lnx")
-        .arg(format!("-Wl,-rpath,{}", target.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("no compiler `{compiler}` (scripts/setup.sh installs it): {e}"));
-    assert!(
-        o.status.success(),
-        "{compiler} {flags:?} {file} failed:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    exe
 }
 
 fn run_ok(exe: &Path, name: &str, n: usize) -> String {
