@@ -272,10 +272,7 @@ impl Service {
             return Ok(());
         }
         let p = proxy.ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
-        let lost = |e: vmmc::Error| match e {
-            vmmc::Error::PeerLost(m) => Error::PeerLost(node, m),
-            e => Error::Vmmc(e),
-        };
+        let lost = |e| lost(node, e);
         if self.async_sends {
             // The data is captured now; later transfers to the node stay in order.
             let mut h = p.send_async(off, bytes.to_vec()).map_err(lost)?;
