@@ -41,10 +41,10 @@
 //!
 //! A node's server and its clients are one event loop on one thread: it serves every
 //! readable request, then moves each of its clients one step (a block from the cache, a
-//! request sent, or a response taken), and when nothing was ready it waits with
-//! [`vmmc::pace::relax`] (on the simulated SHRIMP, which runs every node as one thread in
-//! virtual time, this advances the node's clock to the next arrival; elsewhere it spins,
-//! then yields, then naps). So there are no threads that the simulator does not schedule,
+//! request sent, or a response taken), and when nothing was ready it waits a turn by the
+//! core's policy ([`vmmc::wait`]: on the simulated SHRIMP, which runs every node as one thread
+//! in virtual time, this advances the node's clock to the next arrival; elsewhere it spins,
+//! yields where ranks outnumber cores, then sleeps until a peer's transfer rings). So there are no threads that the simulator does not schedule,
 //! and a node waiting for its own responses still serves the others. A long wait checks that
 //! the other nodes are still in the job: a node that fails leaves its connections open, and
 //! the others then fail too ("node q left the job") rather than wait for it.
@@ -81,7 +81,6 @@ use crate::kernels::dfs::{self, BlockId, DfsParams, Layout, NodeCache, Reader, S
 use crate::{AppError, AppResult, Params, Report, Size, Stats, Version};
 use sockets::{JobListener, Options, Variant, VmmcStream, BACKLOG};
 use std::io::{ErrorKind, Read, Write};
-use std::time::{Duration, Instant};
 use vmmc::Endpoint;
 
 const APP: &str = "dfs-sockets";
@@ -433,42 +432,30 @@ impl Node<'_> {
     }
 }
 
-/// How the event loop waits when nothing was ready: through the pacer on the simulator;
-/// elsewhere spin, then yield (other ranks may share the processor), then nap.
+/// How the event loop waits when nothing was ready: by the core's one policy
+/// ([`vmmc::wait`]): through the pacer on the simulator; elsewhere spin while that pays, yield
+/// where ranks outnumber cores, then sleep on the process's doorbell, which the peers'
+/// transfers into this node's rings ring.
 #[derive(Default)]
 struct Idle {
-    spins: u32,
-    since: Option<Instant>,
+    wait: Option<vmmc::wait::Wait<'static>>,
 }
 
-impl Idle {
-    const SPIN: u32 = 64;
-    const YIELD: Duration = Duration::from_millis(2);
-    const NAP: Duration = Duration::from_micros(20);
+/// DFS-sockets' waits, in `vmmc::wait`'s counts.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("apps.dfs");
 
+impl Idle {
     fn reset(&mut self) {
-        self.spins = 0;
-        self.since = None;
+        self.wait = None;
     }
 
-    /// Waits a little; whether this was a long wait (then the caller checks its peers).
+    /// Waits a little; whether the wait is past its spin (then the caller checks its peers).
     fn wait(&mut self) -> bool {
-        if vmmc::pace::is_paced() {
-            vmmc::pace::relax(&mut self.spins);
-            // The simulator's wait returns on an arrival or when a node left.
-            return true;
-        }
-        self.spins = self.spins.saturating_add(1);
-        if self.spins < Self::SPIN {
-            std::hint::spin_loop();
-            false
-        } else if self.since.get_or_insert_with(Instant::now).elapsed() < Self::YIELD {
-            std::thread::yield_now();
-            false
-        } else {
-            std::thread::sleep(Self::NAP);
-            true
-        }
+        let w = self
+            .wait
+            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE));
+        w.idle();
+        w.resting()
     }
 }
 

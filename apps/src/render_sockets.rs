@@ -18,10 +18,10 @@
 //! picture and sends that worker the next tile from the queue. A worker holds up to
 //! `in_flight` tiles, so it starts the next while its result travels and the controller
 //! answers; a fast worker comes back more often and gets more tiles. One thread per node:
-//! the controller polls its connections and, when none is readable, waits a turn (on the
-//! simulated SHRIMP through [`vmmc::pace::relax`], which advances virtual time to the next
-//! arrival; elsewhere a short spin, then naps of up to 200 µs, which leave the CPU to the
-//! workers when processes outnumber cores).
+//! the controller polls its connections and, when none is readable, waits a turn by the
+//! core's policy ([`vmmc::wait`]: on the simulated SHRIMP this advances virtual time to the
+//! next arrival; elsewhere it spins, yields where processes outnumber cores, then sleeps
+//! until a worker's transfer rings, which leaves the CPU to the workers).
 //!
 //! **The end.** The controller sends every worker "done"; each answers with what it did (its
 //! tiles, and the blocks, bytes and AU words it sent in the timed phase) and closes its
@@ -51,7 +51,6 @@ use sockets::{JobListener, Options, Variant, VmmcStream};
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use vmmc::Endpoint;
 
 const APP: &str = "render-sockets";
@@ -205,35 +204,28 @@ struct Worker {
     tiles: u64,
 }
 
-/// The controller's wait when no connection is readable.
+/// The controller's wait when no connection is readable, by the core's one policy
+/// ([`vmmc::wait`]; the workers' transfers into its rings ring the process's doorbell).
 struct Idle {
-    paced: bool,
-    turns: u32,
+    wait: Option<vmmc::wait::Wait<'static>>,
 }
+
+/// Render-sockets' waits, in `vmmc::wait`'s counts.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("apps.render");
 
 impl Idle {
     fn new() -> Idle {
-        Idle {
-            paced: vmmc::pace::is_paced(),
-            turns: 0,
-        }
+        Idle { wait: None }
     }
 
     fn wait(&mut self) {
-        if self.paced {
-            vmmc::pace::relax(&mut self.turns);
-        } else if self.turns < 200 {
-            self.turns += 1;
-            std::hint::spin_loop();
-        } else {
-            self.turns += 1;
-            let nap = 10u64 << (self.turns - 200).min(4);
-            std::thread::sleep(Duration::from_micros(nap.min(200)));
-        }
+        self.wait
+            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE))
+            .idle();
     }
 
     fn reset(&mut self) {
-        self.turns = 0;
+        self.wait = None;
     }
 }
 

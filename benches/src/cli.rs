@@ -30,6 +30,11 @@ impl RoundsArgs {
         }
     }
 
+    /// Whether this is a smoke run.
+    pub fn quick(&self) -> bool {
+        self.quick
+    }
+
     /// Calls per size and round.
     pub fn calls(&self) -> usize {
         if self.quick {

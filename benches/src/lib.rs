@@ -16,6 +16,8 @@
 pub mod cacheline;
 pub mod cli;
 pub mod report;
+pub mod ring;
 pub mod stats;
+pub mod tirpc;
 
 pub use stats::{median, sizes};

@@ -3,7 +3,8 @@
 //! the matching of messages with receives.
 //!
 //! All state is behind one lock. Waiting never holds it: a blocking call takes the lock,
-//! makes progress, checks its condition, drops the lock and relaxes ([`vmmc::pace::relax`]).
+//! makes progress, checks its condition, drops the lock and waits ([`vmmc::wait::Wait`]: spin,
+//! yield or sleep on the process's bell, as the core's one policy decides).
 //! The endpoint's notification thread makes progress too, when a peer nudges this process
 //! (it ran out of packet buffers, replied to a scout, or has a message for a handler).
 
@@ -32,6 +33,8 @@ const COPY_CHUNK: usize = 4096;
 const SPARE_MAX: usize = 16 << 20;
 /// Relax turns between checks that the peers waited for are alive.
 const CHECK_EVERY: u32 = 2048;
+/// Every wait of the library, in `vmmc::wait`'s statistics.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("nx");
 /// Largest data that the one-copy deliberate-update path ([`SmallPath::Du`]) copies beside
 /// the descriptor to send both with one transfer, rather than sending it from the user's
 /// memory in a transfer of its own.
@@ -543,12 +546,12 @@ impl Core {
         mut fast: impl FnMut(&mut State) -> Result<Option<T>>,
         mut step: impl FnMut(&mut State) -> Result<Option<T>>,
     ) -> Result<T> {
-        let mut spins = 0u32;
+        let mut wait = vmmc::wait::Wait::new(&WAIT_SITE);
         let mut check_in = CHECK_EVERY;
         loop {
             if self.lockers.load(Ordering::Acquire) > 0 {
                 // A notification handler wants the lock: let it have it.
-                vmmc::pace::relax(&mut spins);
+                wait.idle();
                 continue;
             }
             let r = {
@@ -572,7 +575,7 @@ impl Core {
                 return Ok(v);
             }
             check_in -= 1;
-            if check_in == 0 {
+            if check_in == 0 || wait.resting() {
                 check_in = CHECK_EVERY;
                 if let Some(node) = self.hopeless(watch) {
                     // What arrived before the peer died is still good: one last look.
@@ -584,7 +587,9 @@ impl Core {
                     return Err(NxError::PeerLost { node, what });
                 }
             }
-            vmmc::pace::relax(&mut spins);
+            // Senders' deliberate and automatic updates ring this process's bell; so does the
+            // handler thread after running handlers.
+            wait.idle();
         }
     }
 

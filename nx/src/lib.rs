@@ -28,8 +28,9 @@
 //!   its arrived messages out of them and returns them); a blocking send that returned before
 //!   its scout's reply (its safe copy made) asks for the reply to come with a notification; and
 //!   a process with handler receives posted asks its peers to notify it of new messages.
-//! - Waiting polls through the VMMC layer's pacing ([`vmmc::pace::relax`]), so the library
-//!   runs unchanged on the simulated SHRIMP.
+//! - Waiting goes through the VMMC layer's one policy ([`vmmc::wait`]), so the library
+//!   yields and sleeps when processes outnumber cores and runs unchanged on the simulated
+//!   SHRIMP.
 //!
 //! Type selection follows NX: a `typesel` of -1 takes any type, a type (>= 0) that type only,
 //! and any other negative value every type except its one's complement (`!typesel`). Node and

@@ -27,11 +27,11 @@
 //!
 //! # Waiting
 //!
-//! Every wait goes through the core's pacing: on a paced thread (the simulator) a waiter
-//! polls with [`vmmc::pace::relax`], which advances virtual time to the next arrival, and
-//! checks the peer's liveness on every turn; elsewhere it spins briefly, then sleeps on a
-//! condition variable that its ring's (or listen buffer's) notification handler signals,
-//! in slices that bound the time to notice a dead peer.
+//! Every wait goes through the core's one policy ([`vmmc::wait`]): on a paced thread (the
+//! simulator) each turn advances virtual time to the next arrival and checks the peer's
+//! liveness; elsewhere a waiter spins while that pays, yields where processes outnumber
+//! cores, then sleeps on a condition variable that its ring's (or listen buffer's)
+//! notification handler signals, in slices that bound the time to notice a dead peer.
 
 use crate::error::Error;
 use crate::ring::{would_block, Conn, Peer, PeerRing, ACC_ID, ACC_SEQ, HEADER};
@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vmmc::{BufId, Endpoint, ExportOptions, MemKind, ProcId, Proxy, Region};
 
 /// Receive-buffer id of a listen buffer on port 0; port `p` uses `LISTEN_BASE + p`.
@@ -53,8 +53,6 @@ const RING_SPAN: u32 = 0x0fff_0000;
 pub const BACKLOG: usize = 8;
 const SLOT: usize = 16;
 
-/// How long a non-paced waiter spins before it sleeps.
-const SPIN: Duration = Duration::from_micros(60);
 /// Longest sleep of a non-paced waiter: bounds the time to notice a dead peer.
 const SLICE: Duration = Duration::from_millis(20);
 /// Paced turns between two resends of a pending request (a resend finds a closed listener).
@@ -96,45 +94,39 @@ fn wait_for<T>(
     mut check: impl FnMut() -> io::Result<()>,
 ) -> io::Result<T> {
     let expired = || deadline.is_some_and(|d| vmmc::pace::now_ns() >= d);
-    let mut spins = 0u32;
-    if paced {
-        loop {
-            if let Some(v) = poll()? {
-                return Ok(v);
-            }
+    // Nothing notifies a wait without a waker (an import of a buffer not yet exported): naps.
+    let nap = vmmc::wait::Nap::new();
+    let on: &dyn vmmc::wait::Sleep = match waker {
+        Some(w) => w,
+        None => &nap,
+    };
+    let left = deadline.map(|d| Duration::from_nanos(d.saturating_sub(vmmc::pace::now_ns())));
+    let mut wait = vmmc::wait::Wait::on(&SETUP_SITE, on).timeout(left);
+    loop {
+        if let Some(v) = poll()? {
+            return Ok(v);
+        }
+        if paced || wait.resting() {
             check()?;
             if expired() {
                 return Err(would_block());
             }
-            vmmc::pace::relax(&mut spins);
         }
+        wait.idle();
     }
-    let start = Instant::now();
-    while start.elapsed() < SPIN {
-        if let Some(v) = poll()? {
-            return Ok(v);
-        }
-        std::hint::spin_loop();
+}
+
+/// Connection set-up's waits, in `vmmc::wait`'s counts.
+static SETUP_SITE: vmmc::wait::Site = vmmc::wait::Site::new("sockets.setup");
+
+impl vmmc::wait::Sleep for Waker {
+    fn arm(&self) -> u64 {
+        self.gen()
     }
-    let mut nap = Duration::from_micros(50);
-    loop {
-        let gen = waker.map_or(0, Waker::gen);
-        if let Some(v) = poll()? {
-            return Ok(v);
-        }
-        check()?;
-        if expired() {
-            return Err(would_block());
-        }
-        match waker {
-            Some(w) => w.sleep_since(gen, SLICE),
-            None => {
-                // Nothing notifies this wait (an import of a buffer not yet exported).
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(2));
-            }
-        }
+    fn sleep(&self, gen: u64, d: Duration) {
+        self.sleep_since(gen, d.min(SLICE));
     }
+    fn disarm(&self) {}
 }
 
 fn refused(why: impl Into<String>) -> io::Error {

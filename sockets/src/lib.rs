@@ -23,9 +23,9 @@
 //! [`JobListener`]). No kernel socket is involved. `connect` returns before the accept (as a
 //! kernel connect returns once in the backlog), so a thread may connect to its own
 //! listener, and a program may open all its connections before accepting any. Waits go
-//! through the core's pacing: on the simulator they poll with [`vmmc::pace::relax`] and
-//! advance virtual time (timeouts are in virtual time, too); elsewhere they spin briefly,
-//! then sleep until the peer's notification. A peer that leaves the job is noticed through
+//! through the core's one policy ([`vmmc::wait`]): on the simulator each turn advances
+//! virtual time (timeouts are in virtual time, too); elsewhere they spin while that pays,
+//! yield where processes outnumber cores, then sleep until the peer's notification. A peer that leaves the job is noticed through
 //! the endpoint: reads give end of file, writes `BrokenPipe`.
 //!
 //! ```no_run

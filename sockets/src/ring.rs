@@ -18,7 +18,7 @@
 //! | 16 | `WAITS_DATA` | Y sleeps until X writes data (an arming number, 0: awake) |
 //! | 20 | `WAITS_SPACE` | Y sleeps until X consumes data (likewise) |
 //! | 24 | `WAKE` | (job path) written with a notification to wake X's sleeper |
-//! | 28 | `WAKE_AT` | (host path) Y's monotonic clock in µs when it last woke X |
+//! | 28 | | (reserved) |
 //! | 32 | `REFS` | (X's own) processes of X holding this end: a fork shares it |
 //! | 36 | `MY_HEAD` | (X's own) bytes X has consumed from this ring |
 //! | 40 | `MY_TAIL` | (X's own) bytes X has written into Y's ring |
@@ -41,11 +41,12 @@
 //!
 //! The data is written before its `TAIL` (release), so a reader that sees the tail (acquire)
 //! sees the data: the "flag after the data" guarantee of DESIGN.md. A side that finds nothing
-//! to do spins briefly, then sets its `WAITS_*` word in the peer's ring and sleeps on the setup
-//! socket (job path: on a condition variable that the ring's notification handler signals);
-//! the peer, after changing what the sleeper waits for, sends one byte there (job path:
-//! writes `WAKE` with a notification). On the simulated SHRIMP a job-path waiter never
-//! sleeps: it polls through [`vmmc::pace::relax`], which advances virtual time. The
+//! to do waits by the core's one policy ([`vmmc::wait`]): it spins while that pays, yields
+//! where processes outnumber cores, then sets its `WAITS_*` word in the peer's ring and sleeps
+//! on the setup socket (job path: on a condition variable that the ring's notification
+//! handler signals); the peer, after changing what the sleeper waits for, sends one byte there
+//! (job path: writes `WAKE` with a notification). On the simulated SHRIMP a job-path waiter
+//! never sleeps: each turn advances virtual time through the core's pacer. The
 //! setup socket's end of file is how a dead peer is noticed. Sleeping is a `poll` on the
 //! setup socket, not a blocking read, so it works whatever the descriptor's `O_NONBLOCK` flag
 //! (which the preload library shares with the application) says, and every sleeper of the
@@ -55,8 +56,9 @@
 //! the peer wakes each arming once; a sleeping writer is woken only when a quarter of the ring
 //! is free (or all of it), as the kernel wakes a writer once a good part of its buffer is
 //! free; and a write publishes its tail every 32 KiB, so the reader copies out while the
-//! writer copies in. The spin before sleeping adapts per direction (see `SPIN`): it stops at
-//! once when the spinner finds it was descheduled, since spinning then only delays the peer.
+//! writer copies in. The spin before sleeping adapts per direction (see `SPIN`); a spinner
+//! that finds it was descheduled makes the core's policy yield, since spinning then only
+//! delays the peer.
 
 use crate::job::JobCtl;
 use crate::stats::{add, COUNTERS};
@@ -67,7 +69,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vmmc::{AutoUpdateBinding, Proxy, Region};
 
 /// Bytes before the data area (one cache line).
@@ -79,7 +81,6 @@ const CLOSED: usize = 12;
 const WAITS_DATA: usize = 16;
 const WAITS_SPACE: usize = 20;
 pub(crate) const WAKE: usize = 24;
-const WAKE_AT: usize = 28;
 const REFS: usize = 32;
 const MY_HEAD: usize = 36;
 const MY_TAIL: usize = 40;
@@ -89,27 +90,43 @@ pub(crate) const ACC_SEQ: usize = 56;
 /// Default data capacity of a ring: 1 MiB, enough to keep a 64 KB writer streaming.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
 
+/// A ring's waits, in `vmmc::wait`'s counts.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("sockets");
+
+/// A side's sleep, for the core's policy: armed by its `WAITS_*` word in the peer's ring,
+/// woken by the peer's wake-up (a byte on the setup socket; on the job path a notification).
+struct RingSleep<'a> {
+    ring: &'a Conn,
+    read: bool,
+    write: bool,
+}
+
+impl vmmc::wait::Sleep for RingSleep<'_> {
+    fn arm(&self) -> u64 {
+        // A fresh arming for every sleep: the peer wakes each arming once.
+        let gen = self.ring.job().map_or(0, |j| j.waker.gen());
+        self.ring.arm(self.read, self.write);
+        gen
+    }
+    fn sleep(&self, gen: u64, d: Duration) {
+        add(&COUNTERS.sleeps, 1);
+        self.ring.sleep(gen, d.min(MAX_SLEEP));
+    }
+    fn disarm(&self) {
+        self.ring.disarm(self.read, self.write);
+    }
+}
+
 /// How long a reader or writer spins before it sleeps, at most. Ping-pong is bistable: once
 /// one side sleeps, the other waits for its wake-up (25-30 µs on this machine, DESIGN.md,
 /// and far more when the machine is busy), and if that outlasts its spin it sleeps too, and
 /// both stay asleep for every message. A spin of several wake-ups (60 µs was not enough on
-/// the 2-core machine) pulls both back to the fast path. The spin adapts per connection and direction between [`SPIN_MIN`] and this:
-/// after a wait that ended in a sleep, it doubles when the awaited change came within this
-/// time of the wait's start (a longer spin would have caught it) and halves otherwise
-/// (spinning did not pay: the peer was idle, or not running, as when processes outnumber
-/// cores). The host path learns when the change came from the waker (`WAKE_AT`); the job
-/// path takes the whole wait, wake-up included, against [`SPIN_PAYS`].
+/// the 2-core machine) pulls both back to the fast path. The spin adapts per connection and
+/// direction up to this, by the core's rule (`vmmc::wait::Wait::spin_budget`): after a wait
+/// that ended in a sleep, it doubles when the whole wait, wake-up included, was within this
+/// and a quarter (a longer spin would have caught it) and halves otherwise (spinning did not
+/// pay: the peer was idle, or not running, as when processes outnumber cores).
 const SPIN: Duration = Duration::from_micros(200);
-const SPIN_MIN: Duration = Duration::from_micros(1);
-const SPIN_PAYS: Duration = Duration::from_micros(250);
-/// Whether the spin adapts (`VMMC_SOCK_SPIN=fixed` keeps it at [`SPIN`], for comparison).
-fn spin_adapts() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VMMC_SOCK_SPIN").as_deref() != Ok("fixed"))
-}
-
-/// A gap this long between two turns of a spin means the spinner was descheduled.
-const PREEMPTED: Duration = Duration::from_micros(20);
 /// Longest single sleep: bounds the cost of a wake-up drained by another thread of this
 /// process before this one started to sleep (a sleeping program wakes 50 times a second).
 pub const MAX_SLEEP: Duration = Duration::from_millis(20);
@@ -201,20 +218,6 @@ fn poll_in(fd: RawFd, timeout: Duration) {
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
     // SAFETY: one valid pollfd for the duration of the call.
     unsafe { libc::poll(&mut p, 1, ms) };
-}
-
-/// The host's monotonic clock in microseconds (wrapping): the same in every process.
-#[allow(unsafe_code)]
-fn mono_us() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000)
-        .wrapping_add(ts.tv_nsec as u64 / 1000) as u32
 }
 
 fn word(r: &Region, off: usize) -> u32 {
@@ -611,15 +614,9 @@ impl Conn {
     /// socket already holds a wake-up); on the job path a notifying write of `WAKE`.
     fn wake_peer(&self) {
         let sent = match &self.ctl {
-            Ctl::Host(setup) => {
-                // When the awaited change happened, for the sleeper's spin adaptation.
-                if let Some(p) = self.peer.get() {
-                    let _ = p.store(WAKE_AT, mono_us());
-                }
-                socket2::SockRef::from(setup)
-                    .send_with_flags(&[1], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-                    .is_ok()
-            }
+            Ctl::Host(setup) => socket2::SockRef::from(setup)
+                .send_with_flags(&[1], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+                .is_ok(),
             Ctl::Job(_) => match self.peer.get().map(|p| &p.ring) {
                 Some(PeerRing::Imported(p)) => p.send_notify(WAKE, &1u32.to_ne_bytes()).is_ok(),
                 _ => false,
@@ -647,9 +644,11 @@ impl Conn {
         }
     }
 
-    /// Spins, then sleeps until `ready()`; `flag` is the word set in the peer's ring while
-    /// sleeping. Returns `WouldBlock` when the deadline passes. On a paced thread (the
-    /// simulator) polls through [`vmmc::pace::relax`] instead, and never sleeps.
+    /// Waits until `ready()` by the core's one policy ([`vmmc::wait`]): spins (the budget
+    /// adapts per connection and direction, up to [`SPIN`]), yields where processes outnumber
+    /// cores, then sleeps with `flag` set in the peer's ring, so that the peer wakes it.
+    /// Returns `WouldBlock` when the deadline passes. On a paced thread (the simulator) each
+    /// turn lets virtual time advance instead, and nothing sleeps.
     fn wait(
         &self,
         mut ready: impl FnMut() -> bool,
@@ -658,103 +657,33 @@ impl Conn {
     ) -> io::Result<()> {
         let deadline = deadline(timeout);
         let expired = || deadline.is_some_and(|d| vmmc::pace::now_ns() >= d);
-        if let Some(j) = self.job() {
-            if j.paced {
-                let mut spins = 0u32;
-                loop {
-                    if ready() {
-                        return Ok(());
-                    }
+        let (read, write) = (flag == WAITS_DATA, flag == WAITS_SPACE);
+        let sleeper = RingSleep {
+            ring: self,
+            read,
+            write,
+        };
+        let budget = &self.spin_ns[usize::from(write)];
+        let mut wait = vmmc::wait::Wait::on(&WAIT_SITE, &sleeper)
+            .spin_budget(budget, SPIN)
+            .timeout(timeout);
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if wait.resting() {
+                if let Some(j) = self.job() {
                     if !j.peer_alive() {
                         // The callers' conditions include a lost peer.
                         self.peer_gone.store(true, Ordering::Relaxed);
                         return Ok(());
                     }
-                    if expired() {
-                        return Err(would_block());
-                    }
-                    vmmc::pace::relax(&mut spins);
+                }
+                if expired() {
+                    return Err(would_block());
                 }
             }
-        }
-        let (start, start_us) = (Instant::now(), mono_us());
-        let budget = &self.spin_ns[usize::from(flag == WAITS_SPACE)];
-        let b = budget.load(Ordering::Relaxed);
-        let spin = Duration::from_nanos(b.into());
-        let (mut last, mut turns) = (start, 0u32);
-        loop {
-            let now = Instant::now();
-            if now - last > PREEMPTED && spin_adapts() {
-                // The spinner lost the processor (to the peer, or to others): spinning
-                // holds up the very process it waits for. Halve and sleep.
-                budget.store((b / 2).max(SPIN_MIN.as_nanos() as u32), Ordering::Relaxed);
-                break;
-            }
-            if now - start >= spin {
-                break;
-            }
-            last = now;
-            for _ in 0..64 {
-                if ready() {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-            }
-            turns += 1;
-            if turns.is_multiple_of(64) {
-                // Lets a peer that shares this processor run.
-                std::thread::yield_now();
-            }
-        }
-        let (read, write) = (flag == WAITS_DATA, flag == WAITS_SPACE);
-        add(&COUNTERS.sleeps, 1);
-        let adapt = |slept: bool| {
-            if !spin_adapts() {
-                return;
-            }
-            // Would a longer spin have caught the change? Without a sleep, the wait's length
-            // tells. After one, on the host path the waker wrote when it happened; on the
-            // job path the whole wait, wake-up included, tells.
-            let caught = match &self.ctl {
-                _ if !slept => start.elapsed() < SPIN,
-                Ctl::Host(_) => {
-                    let after = word(&self.incoming, WAKE_AT).wrapping_sub(start_us);
-                    (after as i32) >= 0 && after < SPIN.as_micros() as u32
-                }
-                Ctl::Job(_) => start.elapsed() < SPIN_PAYS,
-            };
-            let b = budget.load(Ordering::Relaxed);
-            let b = if caught { b.saturating_mul(2) } else { b / 2 };
-            let b = b.clamp(SPIN_MIN.as_nanos() as u32, SPIN.as_nanos() as u32);
-            budget.store(b, Ordering::Relaxed);
-        };
-        let mut slept = false;
-        loop {
-            // A fresh arming for every sleep: the peer wakes each arming once.
-            let gen = self.job().map_or(0, |j| j.waker.gen());
-            self.arm(read, write);
-            let result = if ready() {
-                Some(Ok(()))
-            } else {
-                let mut sleep = MAX_SLEEP;
-                match deadline {
-                    Some(d) if vmmc::pace::now_ns() >= d => Some(Err(would_block())),
-                    d => {
-                        if let Some(d) = d {
-                            let left = d.saturating_sub(vmmc::pace::now_ns());
-                            sleep = sleep.min(Duration::from_nanos(left));
-                        }
-                        self.sleep(gen, sleep);
-                        slept = true;
-                        None
-                    }
-                }
-            };
-            self.disarm(read, write);
-            if let Some(r) = result {
-                adapt(slept);
-                return r;
-            }
+            wait.idle();
         }
     }
 

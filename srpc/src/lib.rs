@@ -224,8 +224,11 @@ fn wait(
     off: usize,
     done: impl FnMut(u32) -> bool,
 ) -> Result<u32, Error> {
-    Ok(r.wait_u32(off, done, || ep.check_peer(peer))?)
+    Ok(r.wait_u32_at(&WAIT_SITE, off, done, || ep.check_peer(peer))?)
 }
+
+/// Every wait of the library (calls, replies, the server's loop), in `vmmc::wait`'s counts.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("srpc");
 
 /// The client side of a binding.
 pub struct ClientBinding {

@@ -93,14 +93,14 @@
 //! program that acquires and releases in a loop) is not notified at once: the sender holds
 //! the notification back for 5 us while it waits for its reply, and sends it only if the
 //! word has not moved meanwhile (a node that came back in served the request itself);
-//! what is held back when the call ends goes out then, and a node asleep in a wait is
-//! always notified at once. This took the contended lock ping-pong on shm from 65,000
-//! notifications per 135,000 hand-overs to a few hundred, and its time per hand-over from
-//! 6-86 us to about 2 us on the 2-core machine. A wait spins (50 us, `SVM_SPIN_US`, longer while recent waits were short, 10 us
-//! when the job has more processes than cores), yields for a millisecond where cores are not
-//! crowded, then clears the word and sleeps until its notification
-//! handler runs, so that with more processes than cores a waiter does not hold the core the
-//! process it waits for needs; replies then wake it too. On the simulated SHRIMP every
+//! what is held back when the call ends goes out then. This took the contended lock
+//! ping-pong on shm from 65,000 notifications per 135,000 hand-overs to a few hundred, and
+//! its time per hand-over from 6-86 us to about 2 us on the 2-core machine. A wait follows
+//! the core's one policy ([`vmmc::wait`]): it spins while that pays, yields where processes
+//! outnumber cores, then sleeps on the process's doorbell, which every transfer into this
+//! node's buffers (requests, replies, grants) rings, so that with more processes than cores
+//! a waiter does not hold the core the process it waits for needs; it stays marked inside
+//! the library meanwhile, since the doorbell wakes it to serve. On the simulated SHRIMP every
 //! request is notified, as on SHRIMP, and waits are virtual.
 //!
 //! Locks are distributed queues (the manager of lock `l` is node `l mod N`; it forwards a

@@ -87,12 +87,11 @@ pub(crate) struct Service {
     pub in_flight: Mutex<Vec<vmmc::AsyncSend>>,
     /// Nesting of the program's calls into the library.
     pub depth: std::sync::atomic::AtomicU32,
-    /// The `awake` word's value: odd while the program is inside the library (in a call and
-    /// not asleep in a wait), and one more at every entry and exit, so that a sender can tell
-    /// whether the program has been inside since it looked.
+    /// The `awake` word's value: odd while the program is inside the library (in a call,
+    /// where a wait that sleeps is woken by the process's doorbell, `vmmc::wait`), and one
+    /// more at every entry and exit, so that a sender can tell whether the program has been
+    /// inside since it looked.
     pub epoch: std::sync::atomic::AtomicU32,
-    /// Rung by the notification handler: a program asleep in a wait looks again.
-    pub bell: (Mutex<u64>, std::sync::Condvar),
     /// Notifications held back ([`Service::ring_due`]); only the program's thread, inside a
     /// call, holds one back, so that its own wait or the call's end sends it.
     pub bells: Mutex<Vec<Bell>>,
@@ -128,9 +127,6 @@ fn lost(node: usize, e: vmmc::Error) -> Error {
         e => Error::Vmmc(e),
     }
 }
-
-/// In the `awake` word: the program sleeps in a wait (a notification is its only wake-up).
-const ASLEEP: u32 = 1 << 31;
 
 /// A transfer decided under the state's lock and made after it is released: nobody holds
 /// the lock while a transfer waits (on sim a transfer waits for the node's turn, and the
@@ -296,7 +292,6 @@ impl Service {
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             if let Some(epoch) = self.outside(node)? {
                 if self.defer_bells
-                    && epoch & ASLEEP == 0
                     && std::thread::current().id() == self.program
                     && self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
                 {
@@ -390,44 +385,19 @@ impl Service {
         r
     }
 
-    /// Wakes the program if it sleeps in a wait.
-    pub fn ring_bell(&self) {
-        let mut g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
-        *g += 1;
-        self.bell.1.notify_all();
-    }
-
-    /// The bell's count (to sleep until it changes).
-    pub fn bell_count(&self) -> u64 {
-        *self.bell.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Sleeps until the bell rings after `count`, or `limit` passes.
-    pub fn sleep(&self, count: u64, limit: std::time::Duration) {
-        let g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self.bell.1.wait_timeout_while(g, limit, |c| *c == count);
-    }
-
     /// Marks the program inside (`on`) or outside the library in the `awake` word (the
     /// program's thread, which owns it): a new epoch, odd inside.
     pub fn set_awake(&self, on: bool) {
-        self.mark(on, false)
+        self.mark(on)
     }
 
-    /// Marks the program asleep in a wait: outside, and woken only by a notification, so
-    /// nobody holds one back for it.
-    pub fn set_asleep(&self) {
-        self.mark(false, true)
-    }
-
-    fn mark(&self, on: bool, asleep: bool) {
+    fn mark(&self, on: bool) {
         use std::sync::atomic::Ordering;
         let e = self.epoch.load(Ordering::Relaxed);
         if (e & 1 == 1) != on {
-            let e = e.wrapping_add(1) & !ASLEEP;
+            let e = e.wrapping_add(1);
             self.epoch.store(e, Ordering::Relaxed);
-            let w = if asleep { e | ASLEEP } else { e };
-            let _ = self.ctl.store_u32(self.lay.awake(), w);
+            let _ = self.ctl.store_u32(self.lay.awake(), e);
         }
     }
 

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 use vmmc::pace::{self, Cost};
 use vmmc::{AuOptions, AutoUpdateBinding, Endpoint, ExportOptions, MemKind, Proxy};
 
@@ -24,22 +23,8 @@ const READ: u8 = 1;
 const WRITE: u8 = 2;
 const DIRECT: u8 = 3;
 const NO_HOME: u16 = u16::MAX;
-/// How long a wait spins before it sleeps: `SVM_SPIN_US` microseconds if set, else 50 (tens
-/// of hand-overs on a shared-memory host, a fraction of a wake-up's cost), or 10 when the job
-/// has more processes than cores.
-fn spin_limit(crowded: bool) -> Duration {
-    static SPIN: OnceLock<Option<u64>> = OnceLock::new();
-    let set = *SPIN.get_or_init(|| {
-        std::env::var("SVM_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-    });
-    Duration::from_micros(set.unwrap_or(if crowded { 10 } else { 50 }))
-}
-/// How long a wait yields its core between looks, after the spin, before it sleeps.
-const YIELD: Duration = Duration::from_millis(1);
-/// The longest sleep between looks (a fallback: a notification ends it).
-const NAP: std::time::Duration = std::time::Duration::from_millis(5);
+/// Every wait of the library, in `vmmc::wait`'s statistics.
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("svm");
 
 /// Where the pages of an allocation live (their *home* nodes).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -377,11 +362,6 @@ pub struct Svm {
     epoch: u32,
     sent_to_barrier: u32,
     stats: RefCell<Stats>,
-    /// A running average of how long this node's waits took (ns), to size the spin.
-    recent_wait_ns: Cell<u64>,
-    /// The job has more processes than this process may use cores (all on one host, as on
-    /// shm): waits sleep soon instead of spinning or yielding.
-    crowded: bool,
 }
 
 fn fnv(words: &[u64]) -> u64 {
@@ -436,7 +416,6 @@ impl Svm {
             in_flight: Mutex::new(Vec::new()),
             depth: std::sync::atomic::AtomicU32::new(0),
             epoch: std::sync::atomic::AtomicU32::new(0),
-            bell: (Mutex::new(0), std::sync::Condvar::new()),
             bells: Mutex::new(Vec::new()),
             bells_held: std::sync::atomic::AtomicBool::new(false),
             defer_bells: ep.caps().remote_read && !pace::is_paced(),
@@ -455,8 +434,10 @@ impl Svm {
                     if let Err(e) = r.and_then(|_| s.unlock(st)) {
                         s.fail(e);
                     }
-                    s.ring_bell();
-                    // (Not the program's thread: nothing was held back here.)
+                    // A program asleep in a wait looks again (the core's notification thread
+                    // rings too, after every handler; not the program's thread: nothing was
+                    // held back here).
+                    vmmc::wait::ring_local();
                 }
             }),
         )?;
@@ -529,8 +510,6 @@ impl Svm {
             epoch: 0,
             sent_to_barrier: 0,
             stats: RefCell::new(Stats::default()),
-            recent_wait_ns: Cell::new(0),
-            crowded: n > std::thread::available_parallelism().map_or(1, |c| c.get()),
             cfg,
         };
         let c = &svm.cfg;
@@ -854,69 +833,25 @@ impl Svm {
     /// Waits for `poll` to give a value, serving requests meanwhile and watching for dead
     /// nodes.
     fn wait<T>(&self, what: &str, mut poll: impl FnMut(&Self) -> Result<Option<T>>) -> Result<T> {
-        let paced = pace::is_paced();
-        let mut spins = 0u32;
+        // The core's one policy: spin while it pays, yield where processes outnumber cores,
+        // then sleep on the process's doorbell, which every transfer into this node's buffers
+        // (requests, replies, grants) and every notification handler rings.
+        let mut wait = vmmc::wait::Wait::new(&WAIT_SITE);
         let mut turns = 0u64;
         let mut lost: Option<(Error, u64)> = None;
-        // Where a sender can see that this node sleeps (and then notifies it), a wait spins
-        // only briefly: with more processes than cores a spinning waiter holds the core that
-        // the process it waits for needs.
-        let sleepy = !paced && self.svc.remote_read;
-        let start = std::time::Instant::now();
-        let mut spun = start;
-        // Spin while waits are short: up to four times the recent wait when that is under
-        // a quarter of a millisecond (a sleeper's wake-up would cost more than the wait),
-        // else the base spin; a long wait is better slept through.
-        let recent = self.recent_wait_ns.get();
-        let spin = if self.crowded {
-            // More processes than cores: the one we wait for may need this core.
-            spin_limit(true)
-        } else if recent < 250_000 {
-            spin_limit(false).max(Duration::from_nanos(4 * recent))
-        } else {
-            spin_limit(false)
-        };
-        let mut check_now = false;
-        let done = |v: T| {
-            if sleepy {
-                let t = start.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-                self.recent_wait_ns.set((3 * recent + t) / 4);
-            }
-            Ok(v)
-        };
         loop {
             if let Some(v) = poll(self)? {
-                return done(v);
+                return Ok(v);
             }
             self.svc.try_serve()?;
             if let Some(v) = poll(self)? {
-                return done(v);
+                return Ok(v);
             }
-            self.svc.ring_due(false)?;
+            // Past the spin, what this thread holds back goes out now: it may be what we
+            // wait for.
+            self.svc.ring_due(wait.resting())?;
             turns += 1;
-            let yielding = if self.crowded { Duration::ZERO } else { YIELD };
-            if sleepy && turns.is_multiple_of(32) && spun.elapsed() > spin + yielding {
-                // Spinning no longer pays: sleep until a notification rings the bell. Senders
-                // see the cleared word and notify; a last look closes the race (Dekker).
-                self.svc.ring_due(true)?;
-                let count = self.svc.bell_count();
-                self.svc.set_asleep();
-                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-                self.svc.try_serve()?;
-                let got = poll(self)?;
-                if got.is_none() {
-                    self.svc.sleep(count, NAP);
-                }
-                self.svc.set_awake(true);
-                if let Some(v) = got {
-                    return done(v);
-                }
-                check_now = true;
-                spun = std::time::Instant::now();
-                continue;
-            }
-            if lost.is_none() && (paced || check_now || turns.is_multiple_of(256)) {
-                check_now = false;
+            if lost.is_none() && (wait.resting() || turns.is_multiple_of(256)) {
                 if let Err(e) = self.check_peers(what) {
                     // What a node sent before it ended may still be on its way: look a few
                     // more times before giving up.
@@ -928,13 +863,7 @@ impl Svm {
                     return Err(lost.take().expect("set").0);
                 }
             }
-            if sleepy && spun.elapsed() > spin {
-                // Past the spin: let whoever shares this core run (processes may outnumber
-                // cores), still looking at every turn.
-                std::thread::yield_now();
-            } else {
-                pace::relax(&mut spins);
-            }
+            wait.idle();
         }
     }
 

@@ -249,7 +249,8 @@ impl<T> Ctx<T> for crate::Result<T> {
 const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Waits until `cond` holds, giving up with an error if `peer` (a rank) dies or after a
-/// minute. Spins briefly, then yields (under a [`crate::pace::Pacer`], waits for events).
+/// minute. Waits by the core's policy ([`crate::wait`]; under a [`crate::pace::Pacer`],
+/// waits for events).
 pub fn wait_for(
     ep: &Endpoint,
     peer: Option<usize>,
@@ -257,12 +258,11 @@ pub fn wait_for(
     mut cond: impl FnMut() -> bool,
 ) -> Check {
     let start = Instant::now();
-    let paced = crate::pace::is_paced();
     let mut n = 0u32;
-    let mut spins = 0u32;
+    let mut wait = crate::wait::Wait::new(&WAIT_SITE);
     while !cond() {
         n = n.wrapping_add(1);
-        if paced || n.is_multiple_of(64) {
+        if wait.resting() || n.is_multiple_of(64) {
             if let Some(r) = peer {
                 // Data sent before a peer left is in memory: look once more before giving up.
                 if let Err(e) = ep.check_peer(ep.proc_of(r).ctx("rank")?) {
@@ -276,10 +276,13 @@ pub fn wait_for(
                 return Err(format!("timed out waiting for {what}"));
             }
         }
-        crate::pace::relax(&mut spins);
+        wait.idle();
     }
     Ok(())
 }
+
+/// The suite's waits, in `crate::wait`'s counts.
+static WAIT_SITE: crate::wait::Site = crate::wait::Site::new("conformance");
 
 const SYNC_BUF: BufId = 0xFFFF_FF00;
 
@@ -1084,9 +1087,16 @@ fn redirection(ep: &Endpoint) -> Check {
             let marker = pattern(BIG, 100 + attempt);
             let first = u32::from_ne_bytes(marker[..4].try_into().expect("word"));
             sync.barrier()?;
-            wait_for(ep, Some(0), "the first chunk", || {
-                def.load_u32(0).unwrap_or(0) == first
-            })?;
+            // Spinning, never asleep: the sender rings only when its whole message is in.
+            let mut spins = 0u32;
+            let start = Instant::now();
+            while def.load_u32(0).unwrap_or(0) != first {
+                ensure!(
+                    start.elapsed() < WAIT_LIMIT,
+                    "timed out waiting for the first chunk"
+                );
+                crate::pace::relax(&mut spins);
+            }
             ep.post_redir(B, &dest, 0, 0, BIG).ctx("post during")?;
             sync.barrier()?;
             let r = ep.end_redir(B).ctx("end")?;

@@ -30,6 +30,7 @@ pub mod region;
 pub mod registry;
 pub mod transport;
 pub mod types;
+pub mod wait;
 
 pub use au::{AuBatch, AuOptions, AutoUpdateBinding};
 pub use endpoint::{Endpoint, ExportOptions, ImportRequest, Proxy, WeakEndpoint};

@@ -146,6 +146,8 @@ impl Notifier {
             }
             if st.depth == 0 && !st.running && !st.queue.is_empty() {
                 st = self.drain(st);
+                // What the handlers did may be what a thread of this process sleeps for.
+                crate::wait::ring_local();
                 continue;
             }
             st = self

@@ -96,6 +96,7 @@ impl RedirSlot {
     /// being redirected; `give_up` is polled then (e.g. to stop waiting on a dead sender).
     pub fn end(&self, mut give_up: impl FnMut() -> Result<()>) -> Result<Redirected> {
         let mut spins = 0u32;
+        let mut wait = crate::wait::Wait::new(&REDIR_SITE);
         loop {
             match self.state.load(Ordering::Acquire) {
                 EMPTY => return Ok(Redirected::default()),
@@ -118,7 +119,7 @@ impl RedirSlot {
                 }
                 _ => {
                     spins = spins.wrapping_add(1);
-                    if spins.is_multiple_of(1024) {
+                    if wait.resting() || spins.is_multiple_of(1024) {
                         if let Err(e) = give_up() {
                             // The sender may have finished just now: look again first.
                             if self
@@ -136,9 +137,9 @@ impl RedirSlot {
                             }
                             continue;
                         }
-                        std::thread::yield_now();
                     }
-                    std::hint::spin_loop();
+                    // The sender rings this process's bell when its transfer ends.
+                    wait.idle();
                 }
             }
         }
@@ -239,6 +240,9 @@ impl Default for RedirSlot {
         RedirSlot::new()
     }
 }
+
+/// The receiver's wait for a message being redirected.
+static REDIR_SITE: crate::wait::Site = crate::wait::Site::new("vmmc.redirect");
 
 #[cfg(test)]
 mod tests {

@@ -266,50 +266,49 @@ impl Region {
         Ok(self.word(offset)?.fetch_add(delta, Ordering::AcqRel))
     }
 
-    /// Spins, then yields, until the word at `offset` satisfies `done`; returns its value.
+    /// Waits (spinning, yielding or sleeping as [`crate::wait`] decides) until the word at
+    /// `offset` satisfies `done`; returns its value.
     /// `give_up` is polled now and then and ends the wait with its error (e.g. peer lost).
     pub fn wait_u32(
         &self,
+        offset: usize,
+        done: impl FnMut(u32) -> bool,
+        give_up: impl FnMut() -> Result<()>,
+    ) -> Result<u32> {
+        self.wait_u32_at(&WORD_SITE, offset, done, give_up)
+    }
+
+    /// [`Region::wait_u32`] counted at a library's own `site` in [`crate::wait::counts`].
+    pub fn wait_u32_at(
+        &self,
+        site: &'static crate::wait::Site,
         offset: usize,
         mut done: impl FnMut(u32) -> bool,
         mut give_up: impl FnMut() -> Result<()>,
     ) -> Result<u32> {
         let w = self.word(offset)?;
-        if crate::pace::is_paced() {
-            // Under a pacer each turn waits for an event: check for a reason to give up on
-            // every one.
-            let mut spins = 0u32;
-            loop {
-                let v = w.load(Ordering::Acquire);
-                if done(v) {
-                    return Ok(v);
-                }
-                give_up()?;
-                crate::pace::relax(&mut spins);
-            }
-        }
-        let mut spins = 0u32;
+        let mut wait = crate::wait::Wait::new(site);
+        let mut turns = 0u32;
         loop {
             let v = w.load(Ordering::Acquire);
             if done(v) {
                 return Ok(v);
             }
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) {
+            turns = turns.wrapping_add(1);
+            if wait.resting() || turns.is_multiple_of(1024) {
                 if let Err(e) = give_up() {
                     // Data that arrived before the reason to give up is still good.
                     let v = w.load(Ordering::Acquire);
                     return if done(v) { Ok(v) } else { Err(e) };
                 }
-                if spins > 1 << 16 {
-                    std::thread::yield_now();
-                }
-            } else {
-                std::hint::spin_loop();
             }
+            wait.idle();
         }
     }
 }
+
+/// [`Region::wait_u32`]'s waits.
+static WORD_SITE: crate::wait::Site = crate::wait::Site::new("vmmc.word");
 
 fn map_fd(fd: RawFd, len: usize) -> Result<*mut u8> {
     // SAFETY: shared mapping of a memfd of at least `len` bytes.

@@ -181,6 +181,7 @@ pub struct Window {
     len: usize,
     in_flight: *const AtomicU32,
     revoked: *const AtomicU32,
+    bell: *const crate::wait::Bell,
     _keep: Arc<dyn std::any::Any + Send + Sync>,
 }
 
@@ -194,12 +195,14 @@ impl Window {
     ///
     /// # Safety
     /// `base..base+len` must be mapped, writable and word-aligned at `base`, and both atomics
-    /// must stay valid, for as long as `keep` lives.
+    /// and the owner's doorbell `bell` (rung after every store) must stay valid, for as long
+    /// as `keep` lives.
     pub unsafe fn new(
         base: *mut u8,
         len: usize,
         in_flight: &AtomicU32,
         revoked: &AtomicU32,
+        bell: Option<&crate::wait::Bell>,
         keep: Arc<dyn std::any::Any + Send + Sync>,
     ) -> Window {
         Window {
@@ -207,6 +210,7 @@ impl Window {
             len,
             in_flight,
             revoked,
+            bell: bell.map_or(std::ptr::null(), |b| b as *const _),
             _keep: keep,
         }
     }
@@ -255,7 +259,12 @@ impl Window {
             revoked::UNEXPORTED => Err(Error::Unexported),
             _ => Err(Error::PeerLost("the exporter left the job".into())),
         };
-        in_flight.fetch_sub(1, Ordering::Release);
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        crate::wait::fence_after_rmw();
+        // SAFETY: valid while `_keep` lives (constructor contract), when not null.
+        if let Some(bell) = unsafe { self.bell.as_ref() } {
+            bell.ring_ordered();
+        }
         r
     }
 }

@@ -22,12 +22,12 @@
 
 #![forbid(unsafe_code)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use vmmc_benches::cli::RoundsArgs;
 use vmmc_benches::report::{run_series, write_json, Report};
 use vmmc_benches::stats::{Rounds, Sample, Series};
+use vmmc_benches::tirpc::Tirpc;
 
 /// vecho.x's program number, served by every contender.
 const PROG: u32 = 0x2000_5b01;
@@ -48,73 +48,6 @@ fn sibling(name: &str) -> PathBuf {
     std::env::current_exe()
         .expect("current exe")
         .with_file_name(name)
-}
-
-/// Kills the C server when the benchmark ends, however it ends.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Compiles `rpc/examples/c/<name>.c` (the C side of rpc's tcp_bench example) against
-/// libtirpc into `dir`.
-fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../rpc/examples/c/{name}.c"));
-    let exe = dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-O2", "-I/usr/include/tirpc"])
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ltirpc")
-        .output()
-        .map_err(|e| format!("cannot run {cc}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "compiling {} failed (needs a C compiler and libtirpc-dev):\n{}",
-            source.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(exe)
-}
-
-/// The libtirpc pair: the server (kept running) and the client's path.
-struct Tirpc {
-    client: PathBuf,
-    port: u16,
-    _server: ChildGuard,
-}
-
-fn start_tirpc(dir: &Path) -> Result<Tirpc, String> {
-    let server = compile(dir, "bench_server")?;
-    let client = compile(dir, "bench_client")?;
-    let mut child = ChildGuard(
-        Command::new(&server)
-            .arg(PROG.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("start the C server: {e}"))?,
-    );
-    let mut line = String::new();
-    let stdout = child.0.stdout.take().ok_or("no stdout")?;
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let port = line
-        .trim()
-        .parse()
-        .map_err(|e| format!("the C server's port {line:?}: {e}"))?;
-    Ok(Tirpc {
-        client,
-        port,
-        _server: child,
-    })
 }
 
 /// One round of the libtirpc client: median round trip per case, in microseconds.
@@ -165,7 +98,7 @@ fn main() {
     let calls_s = calls.to_string();
     let tmp = std::env::temp_dir().join(format!("bench-rpc-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("a temporary directory");
-    let tirpc = match start_tirpc(&tmp) {
+    let tirpc = match vmmc_benches::tirpc::start(&tmp, PROG) {
         Ok(t) => Some(t),
         Err(e) => {
             eprintln!("no libtirpc contender: {e}");

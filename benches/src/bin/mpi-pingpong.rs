@@ -1,7 +1,9 @@
 //! The MPI baseline: the same ping-pong between two ranks with blocking `MPI_Send`/`MPI_Recv`
 //! (two-sided, bytes on `MPI_COMM_WORLD`), through `mpi-sys` against the installed MPI:
 //!
-//! `mpirun --allow-run-as-root -n 2 mpi-pingpong [--reps R] [--max-size BYTES]`
+//! `mpirun --allow-run-as-root -n 2 mpi-pingpong [--reps R] [--max-size BYTES]`, or
+//! `mpirun -n N mpi-pingpong --ring SECS [--reps R]` for the token ring of
+//! `vmmc_benches::ring` (prints `{"ring_hop_us":..}`, the median hop over the repetitions).
 //!
 //! For each size of [`sizes`] up to `--max-size`: a warm-up, a calibration that picks the
 //! number of round trips so that one repetition lasts about 75 ms, then `R` timed repetitions
@@ -144,12 +146,15 @@ fn calibrate(rank: i32, buf: &mut [u8]) -> u64 {
 struct Args {
     reps: usize,
     max_size: usize,
+    /// `--ring SECS`: the token ring of `vmmc_benches::ring` over every rank instead.
+    ring: Option<f64>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         reps: 5,
         max_size: 1 << 20,
+        ring: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -160,6 +165,13 @@ fn parse_args() -> Result<Args, String> {
         };
         match flag.as_str() {
             "--reps" => a.reps = value("a positive count")?.max(1),
+            "--ring" => {
+                a.ring = Some(
+                    it.next()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or("--ring needs seconds")?,
+                )
+            }
             "--max-size" => a.max_size = value("a size in bytes")?,
             "-h" | "--help" => {
                 return Err("usage: mpirun -n 2 mpi-pingpong [--reps N] [--max-size BYTES]".into())
@@ -180,6 +192,27 @@ fn main() -> ExitCode {
     };
     mpi::init();
     let (rank, nranks) = mpi::rank_size();
+    if let Some(secs) = args.ring {
+        let mut hops = Vec::new();
+        for _ in 0..args.reps {
+            hops.push(vmmc_benches::ring::ring(
+                rank as usize,
+                nranks as usize,
+                secs,
+                |to, t| mpi::send(&t.to_ne_bytes(), to as i32),
+                |from| {
+                    let mut b = [0u8; 4];
+                    mpi::recv(&mut b, from as i32);
+                    u32::from_ne_bytes(b)
+                },
+            ));
+        }
+        mpi::finalize();
+        if rank == 0 {
+            println!("{{\"ring_hop_us\":{:.3}}}", vmmc_benches::median(&mut hops));
+        }
+        return ExitCode::SUCCESS;
+    }
     if nranks != 2 {
         if rank == 0 {
             eprintln!("mpi-pingpong needs exactly 2 ranks (mpirun -n 2), got {nranks}");

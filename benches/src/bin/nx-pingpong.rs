@@ -4,6 +4,11 @@
 //! `{"series":"NX-du","points":[{"size":4,"latency_us":..,"bandwidth_mbs":..},...]}`.
 //!
 //! `vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES]`
+//!
+//! For the oversubscription benchmark (`bench-oversubscribe`), with any number of nodes:
+//! `--ring SECS` passes a token around (`vmmc_benches::ring`; prints `{"ring_hop_us":..}`),
+//! and `--idle SECS` blocks every node but 0 in a receive for that long and prints the largest
+//! share of a core one of them used (`{"idle_core_share":..}`).
 
 #![forbid(unsafe_code)]
 
@@ -46,18 +51,64 @@ fn calibrate(nx: &Nx, buf: &mut [u8]) -> u64 {
     }
 }
 
+/// CPU time of every thread of this process so far, in seconds (`/proc/self/task/*/schedstat`,
+/// nanosecond counts).
+fn cpu_secs() -> f64 {
+    let mut ns = 0u64;
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    ns as f64 / 1e9
+}
+
+/// An idle job: every node but 0 blocks in a receive while node 0 sleeps `secs`, then sends
+/// each a message. Prints the largest share of a core that a waiting process used.
+fn idle_job(nx: &Nx, secs: f64) -> ExitCode {
+    let me = nx.mynode();
+    nx.gsync().expect("gsync");
+    let mut used = [0.0f64];
+    if me == 0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        for to in 1..nx.numnodes() {
+            nx.csend(2, &[1u8; 4], to, 0).expect("csend");
+        }
+    } else {
+        let (c0, t0) = (cpu_secs(), std::time::Instant::now());
+        let mut b = [0u8; 4];
+        nx.crecv(2, &mut b).expect("crecv");
+        used[0] = (cpu_secs() - c0) / t0.elapsed().as_secs_f64();
+    }
+    nx.gdhigh(&mut used).expect("gdhigh");
+    if me == 0 {
+        println!("{{\"idle_core_share\":{:.5}}}", used[0]);
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let mut reps = 5usize;
     let mut max = 16usize << 20;
     let mut name = None;
+    let mut ring = None;
+    let mut idle = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => reps = args.next().and_then(|v| v.parse().ok()).unwrap_or(5).max(1),
             "--max-size" => max = args.next().and_then(|v| v.parse().ok()).unwrap_or(max),
             "--name" => name = args.next(),
+            "--ring" => ring = args.next().and_then(|v| v.parse::<f64>().ok()),
+            "--idle" => idle = args.next().and_then(|v| v.parse::<f64>().ok()),
             other => {
-                eprintln!("usage: vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES] ({other}?)");
+                eprintln!("usage: vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES] [--ring SECS] [--idle SECS] ({other}?)");
                 return ExitCode::from(2);
             }
         }
@@ -76,6 +127,30 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(secs) = ring {
+        let mut hops: Vec<f64> = (0..reps)
+            .map(|_| {
+                vmmc_benches::ring::ring(
+                    nx.mynode() as usize,
+                    nx.numnodes() as usize,
+                    secs,
+                    |to, t| nx.csend(1, &t.to_ne_bytes(), to as i64, 0).expect("csend"),
+                    |_| {
+                        let mut b = [0u8; 4];
+                        nx.crecv(1, &mut b).expect("crecv");
+                        u32::from_ne_bytes(b)
+                    },
+                )
+            })
+            .collect();
+        if nx.mynode() == 0 {
+            println!("{{\"ring_hop_us\":{:.3}}}", vmmc_benches::median(&mut hops));
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Some(secs) = idle {
+        return idle_job(&nx, secs);
+    }
     if nx.numnodes() != 2 {
         eprintln!("nx-pingpong needs exactly 2 nodes");
         return ExitCode::from(2);

@@ -24,6 +24,9 @@
 
 use std::time::Duration;
 use vmmc::pace;
+
+/// The program's waits for a word, by the core's policy (as a VMMC program polls a flag).
+static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("pingpong");
 use vmmc::{AuOptions, Endpoint, ExportOptions, MemKind, Proxy, Region};
 use vmmc_benches::cacheline::cacheline_pingpong;
 use vmmc_benches::stats::{median, sizes};
@@ -64,13 +67,13 @@ struct Side {
 
 fn wait_word(r: &Region, off: usize, want: u32, ep: &Endpoint, peer: vmmc::ProcId) {
     let mut n = 0u32;
-    let mut spins = 0u32;
+    let mut wait = vmmc::wait::Wait::new(&WAIT_SITE);
     while r.load_u32(off).expect("in bounds") != want {
         n = n.wrapping_add(1);
-        if n.is_multiple_of(1 << 20) {
+        if wait.resting() || n.is_multiple_of(1 << 20) {
             ep.check_peer(peer).expect("peer died");
         }
-        pace::relax(&mut spins);
+        wait.idle();
     }
 }
 
@@ -366,17 +369,17 @@ fn agree(s: &mut Side, iters: u32) -> u32 {
         iters
     } else {
         let mut n = 0u32;
-        let mut spins = 0u32;
+        let mut wait = vmmc::wait::Wait::new(&WAIT_SITE);
         let v = loop {
             let v = s.ctrl.load_u32(off).expect("read");
             if v != 0 {
                 break v;
             }
             n = n.wrapping_add(1);
-            if n.is_multiple_of(1 << 20) {
+            if wait.resting() || n.is_multiple_of(1 << 20) {
                 s.ep.check_peer(peer).expect("peer died");
             }
-            pace::relax(&mut spins);
+            wait.idle();
         };
         s.ctrl.store_u32(off, 0).expect("reset");
         s.to_ctrl.send(off, &v.to_ne_bytes()).expect("send");

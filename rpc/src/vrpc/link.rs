@@ -88,7 +88,9 @@ pub(crate) fn import_within(
 ) -> Result<Proxy, Error> {
     let deadline = deadline(timeout);
     let mut req = ep.import_async(owner, id)?;
-    let mut spins = 0u32;
+    // The answer comes from the trusted party, not by a transfer that rings: naps.
+    let nap = vmmc::wait::Nap::new();
+    let mut wait = vmmc::wait::Wait::on(&IMPORT_SITE, &nap);
     loop {
         if let Some(proxy) = req.status()? {
             return Ok(proxy);
@@ -97,9 +99,14 @@ pub(crate) fn import_within(
         if deadline.is_some_and(|d| vmmc::pace::now_ns() >= d) {
             return Err(Error::Timeout);
         }
-        vmmc::pace::relax(&mut spins);
+        wait.idle();
     }
 }
+
+/// VRPC's waits for its queues' words (replies, requests, room), in `vmmc::wait`'s counts.
+pub(crate) static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("rpc.vrpc");
+/// VRPC's waits for an import of a peer's queue.
+static IMPORT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("rpc.vrpc.import");
 
 fn bad(what: &str) -> Error {
     Error::BadMessage(format!("VRPC queue: {what}"))
@@ -118,7 +125,7 @@ pub(crate) fn wait_word(
 ) -> Result<u32, Error> {
     let deadline = deadline(timeout);
     let mut why: Option<Error> = None;
-    let r = rx.wait_u32(off, done, || {
+    let r = rx.wait_u32_at(&WAIT_SITE, off, done, || {
         let e = if let Err(e) = ep.check_peer(peer) {
             Error::from(e)
         } else if closed_off.is_some_and(|c| rx.load_u32(c).is_ok_and(|v| v != 0)) {

@@ -21,10 +21,10 @@ use vmmc::{BufId, Endpoint, ExportOptions, MemKind, Region};
 /// Bytes of a listen slot: queue id, queue size, bind sequence (the flag), a spare word.
 pub(crate) const SLOT: usize = 16;
 
-/// Idle turns of the loop before it starts to sleep between turns.
-const IDLE_SPIN: u32 = 1 << 21;
-/// The sleep between idle turns after that.
-const IDLE_NAP: Duration = Duration::from_micros(50);
+/// The server thread's wait for requests, in `vmmc::wait`'s counts.
+static SERVER_SITE: vmmc::wait::Site = vmmc::wait::Site::new("rpc.vrpc.server");
+/// `wait_closed`'s wait.
+static CLOSED_SITE: vmmc::wait::Site = vmmc::wait::Site::new("rpc.vrpc.closed");
 /// How long the server waits for a binding client's queue to be importable.
 const BIND_IMPORT: Duration = Duration::from_secs(1);
 /// Idle turns between checks that the clients are alive.
@@ -105,7 +105,8 @@ impl VrpcServer {
 
     /// Waits until `n` bindings have ended (closed by their clients, or lost).
     pub fn wait_closed(&self, n: u64) -> Result<ServerStats, Error> {
-        let mut spins = 0u32;
+        // The server thread rings this process's bell when a binding ends.
+        let mut wait = vmmc::wait::Wait::new(&CLOSED_SITE);
         loop {
             let s = self.stats();
             if s.closed >= n {
@@ -114,11 +115,7 @@ impl VrpcServer {
             if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
                 return Err(Error::Config("the VRPC server thread has stopped".into()));
             }
-            if vmmc::pace::is_paced() {
-                vmmc::pace::relax(&mut spins);
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+            wait.idle();
         }
     }
 
@@ -129,6 +126,8 @@ impl VrpcServer {
 
     fn stop(&mut self) -> Result<(), Error> {
         self.stop.store(true, Ordering::Release);
+        // The server thread may sleep in its wait.
+        vmmc::wait::ring_local();
         match self.thread.take().map(JoinHandle::join) {
             None => Ok(()),
             Some(Ok(r)) => r,
@@ -267,25 +266,23 @@ impl Core {
     }
 
     fn run(&mut self, stop: &dyn Fn() -> bool) -> Result<(), Error> {
-        let (mut spins, mut idle) = (0u32, 0u32);
-        let paced = vmmc::pace::is_paced();
+        let mut idle = 0u32;
+        // Clients' requests land in the queues by transfers that ring this process's bell.
+        let mut wait = vmmc::wait::Wait::new(&SERVER_SITE).background();
         loop {
             if stop() {
                 return Ok(());
             }
             if self.turn() {
-                (spins, idle) = (0, 0);
+                idle = 0;
+                wait = vmmc::wait::Wait::new(&SERVER_SITE).background();
                 continue;
             }
             idle = idle.saturating_add(1);
-            if paced || idle.is_multiple_of(LIVENESS_EVERY) {
+            if wait.resting() || idle.is_multiple_of(LIVENESS_EVERY) {
                 self.drop_dead();
             }
-            if !paced && idle >= IDLE_SPIN {
-                std::thread::sleep(IDLE_NAP);
-            } else {
-                vmmc::pace::relax(&mut spins);
-            }
+            wait.idle();
         }
     }
 
@@ -343,6 +340,8 @@ impl Core {
             self.counters.lost.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.closed.fetch_add(1, Ordering::Release);
+        // `wait_closed` may sleep.
+        vmmc::wait::ring_local();
     }
 
     fn drop_dead(&mut self) {

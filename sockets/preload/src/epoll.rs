@@ -13,7 +13,6 @@
 //! make it readable), and the outer set also looks at the inner set's rings and asks the
 //! inner members' peers for wake-ups before it sleeps.
 
-use crate::poll::Spin;
 use crate::real::real;
 use sockets::Conn;
 use std::collections::BTreeMap;
@@ -315,7 +314,7 @@ impl EpollSet {
         let deadline = (timeout_ms >= 0).then(|| start + Duration::from_millis(timeout_ms as u64));
         let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let mut got = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
-        let (mut turn, mut spin) = (0u32, Spin::new());
+        let (mut turn, mut spin) = (0u32, crate::poll::spin());
         // Spin: rings every turn, the kernel now and then.
         loop {
             let mut n = self.ready(out);
@@ -350,6 +349,9 @@ impl EpollSet {
             } else {
                 sleep.as_millis().max(1) as i32
             };
+            if ms > 0 {
+                spin.slept();
+            }
             let k = real_wait(epfd, &mut got[..out.len() - n], ms, sigmask);
             if k < 0 {
                 break if n > 0 { n as i32 } else { k };

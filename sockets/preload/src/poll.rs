@@ -1,7 +1,8 @@
 //! `poll`, `ppoll`, `select` and `pselect` over a mix of kernel descriptors and VMMC
 //! connections. A VMMC connection's readiness is the state of its rings, not of its
 //! descriptor (which only carries wake-up bytes), so these calls look at the rings, spin
-//! briefly when nothing is ready (the latency path), and then sleep in the kernel on the
+//! briefly when nothing is ready (the latency path; the core's policy, `vmmc::wait`, decides
+//! how long, and not at all where processes outnumber cores), and then sleep in the kernel on the
 //! kernel descriptors plus the connections' setup sockets, after asking the peers for a
 //! wake-up byte ([`sockets::Conn::arm`]).
 //!
@@ -21,33 +22,13 @@ use std::time::{Duration, Instant};
 /// DESIGN.md, more on a busy machine), so that a ping-pong whose peer went to sleep comes
 /// back to the fast path instead of both sides sleeping for every message.
 pub const SPIN: Duration = Duration::from_micros(200);
-/// A gap this long between two turns of a spin means the spinner was descheduled: spinning
-/// then only holds up the processes it waits for, so it stops.
-const PREEMPTED: Duration = Duration::from_micros(20);
+/// The interposer's waits, in `vmmc::wait`'s counts.
+pub static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("sockets.poll");
 
-/// A spin's clock: over after [`SPIN`], or at once when the spinner was descheduled.
-pub struct Spin {
-    start: Instant,
-    last: Instant,
-}
-
-impl Spin {
-    /// Starts a spin now.
-    pub fn new() -> Spin {
-        let now = Instant::now();
-        Spin {
-            start: now,
-            last: now,
-        }
-    }
-
-    /// Whether to stop spinning (called once per turn).
-    pub fn over(&mut self) -> bool {
-        let now = Instant::now();
-        let over = now - self.start >= SPIN || now - self.last > PREEMPTED;
-        self.last = now;
-        over
-    }
+/// A spin by the core's policy: over after [`SPIN`], at once where processes outnumber cores
+/// or when the spinner was descheduled (`vmmc::wait::Spin`).
+pub fn spin() -> vmmc::wait::Spin {
+    vmmc::wait::Spin::new(&WAIT_SITE, SPIN)
 }
 
 /// The poll events of a connection for the requested `events`.
@@ -130,7 +111,7 @@ pub fn poll(
         n
     };
     // Spin: rings every turn, the kernel now and then.
-    let (mut turn, mut spin) = (0u32, Spin::new());
+    let (mut turn, mut spin) = (0u32, self::spin());
     loop {
         if has_kernel && turn.is_multiple_of(16) {
             let k = kernel_ppoll(&mut kernel, Some(Duration::ZERO), std::ptr::null());
@@ -195,6 +176,7 @@ pub fn poll(
                 revents: 0,
             });
         }
+        spin.slept();
         let k = kernel_ppoll(&mut all, Some(sleep), sigmask);
         if k < 0 {
             break k;

@@ -35,8 +35,12 @@ use vmmc::{
 
 /// How long a process waits for the rendezvous to appear (MPI launch: rank 0 creates it).
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
-/// Spinning before sleeping on the notification ring.
-const SPIN: Duration = Duration::from_micros(50);
+/// The notification thread's wait for the ring (`vmmc::wait`'s policy).
+static NOTIFY_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.notify");
+/// A sender's wait for room in a full notification ring.
+static PUSH_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.notify-full");
+/// `unexport`'s wait for the transfers in progress.
+static DRAIN_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.unexport");
 /// Chunk of a transfer into a redirectable buffer (redirection is checked between chunks,
 /// like the page-split transfers of the SHRIMP DMA engine).
 const REDIR_CHUNK: usize = 4096;
@@ -164,6 +168,18 @@ impl ShmTransport {
             other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
         let status = Status::open(fds.pop().expect("checked"), env.size)?;
+        // Every rank of the job runs on this host; this process's data waits sleep on the bell
+        // in its ring, which every transfer into its buffers rings. The bell gets a mapping of
+        // its own that lives as long as the process (the first transport of a process wins;
+        // a second one's waits still see their data at the safety bound of a sleep).
+        vmmc::wait::set_local_procs(env.size);
+        if let Ok(fd) = ring.fd().try_clone() {
+            if let Ok(keep) = Ring::open(fd) {
+                let keep = std::mem::ManuallyDrop::new(keep);
+                // SAFETY: `keep`'s mapping is never unmapped (ManuallyDrop, not dropped).
+                unsafe { vmmc::wait::install_bell(keep.bell()) };
+            }
+        }
         if own.is_some() {
             // Every rank has connected: nothing needs the path any more, and a crash must not
             // leave it behind.
@@ -295,14 +311,10 @@ impl ShmTransport {
     /// Waits until no live rank is in the middle of a transfer into the buffer of `ctrl`.
     fn drain_senders(&self, ctrl: &Ctrl) {
         for r in 0..self.job.size {
-            let mut spins = 0u32;
+            // A sender rings this process's bell as it leaves the transfer.
+            let mut w = vmmc::wait::Wait::new(&DRAIN_SITE);
             while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
-                spins += 1;
-                if spins > 1000 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                w.idle();
             }
         }
     }
@@ -499,6 +511,10 @@ impl Transport for ShmTransport {
             return Ok(0);
         };
         let start = Instant::now();
+        let kicks = self.ring.kicks();
+        let mut w = vmmc::wait::Wait::on(&NOTIFY_SITE, &self.ring)
+            .timeout(timeout)
+            .background();
         loop {
             let mut n = 0;
             while let Some(x) = self.ring.pop() {
@@ -508,20 +524,13 @@ impl Transport for ShmTransport {
             if n > 0 {
                 return Ok(n);
             }
-            let waited = start.elapsed();
-            if let Some(t) = timeout {
-                if waited >= t {
-                    return Ok(0);
-                }
-            }
-            if waited < SPIN {
-                std::hint::spin_loop();
-                continue;
-            }
-            let left = timeout.map(|t| t.saturating_sub(waited));
-            if self.ring.sleep(left) {
+            if self.ring.kicks() != kicks {
                 return Ok(0); // woken by `wake`
             }
+            if timeout.is_some_and(|t| start.elapsed() >= t) {
+                return Ok(0);
+            }
+            w.idle();
         }
     }
 
@@ -637,7 +646,7 @@ struct Entered<'a>(&'a AtomicU32);
 impl Drop for Entered<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -705,17 +714,19 @@ impl RemoteShm {
             offset: offset + body,
             value: u32::from_ne_bytes(data[body..].try_into().expect("a word")),
         };
-        let mut spins = 0u32;
+        let mut turns = 0u32;
+        // Nobody rings when the consumer makes room: naps past the spin.
+        let nap = vmmc::wait::Nap::new();
+        let mut wait = vmmc::wait::Wait::on(&PUSH_SITE, &nap);
         while self.ring.push(n) == Push::Full {
             // Back-pressure: the receiver's notification thread drains the ring continuously,
             // so wait for it, unless it is gone.
-            spins += 1;
-            if spins.is_multiple_of(1024) {
-                if !self.status.alive(self.owner_rank) {
-                    return Err(Error::PeerLost(format!("rank {}", self.owner_rank)));
-                }
-                std::thread::yield_now();
+            turns += 1;
+            if (wait.resting() || turns.is_multiple_of(1024)) && !self.status.alive(self.owner_rank)
+            {
+                return Err(Error::PeerLost(format!("rank {}", self.owner_rank)));
             }
+            wait.idle();
         }
         Ok(())
     }
@@ -741,6 +752,7 @@ impl RemoteBuffer for RemoteShm {
                 self.len,
                 self.ctrl.in_flight(self.my_rank),
                 &self.ctrl.header().revoked,
+                Some(self.ring.bell()),
                 keep,
             )
         })
@@ -762,6 +774,10 @@ impl RemoteBuffer for RemoteShm {
                     })?;
             }
         }
+        // The data is visible and the in-flight count's read-modify-write ordered it before
+        // this look at the owner's doorbell.
+        vmmc::wait::fence_after_rmw();
+        self.ring.bell().ring_ordered();
         // Out of the in-flight section: waiting for room in the receiver's queue must never
         // hold up its unexport (whose thread may be the one to make room).
         if opts.notify {

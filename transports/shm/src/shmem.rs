@@ -162,6 +162,9 @@ pub struct RingHeader {
     sleeping: AtomicU32,
     /// Bumped to interrupt the consumer.
     kick: AtomicU32,
+    /// The process's doorbell (see `vmmc::wait`): every transfer into one of the owner's
+    /// buffers rings it, so that a thread of the owner can sleep in a data wait.
+    bell: vmmc::wait::Bell,
 }
 
 #[repr(C)]
@@ -222,6 +225,14 @@ impl Ring {
     }
     fn header(&self) -> &RingHeader {
         self.map.at(0)
+    }
+    /// The owner's doorbell.
+    pub fn bell(&self) -> &vmmc::wait::Bell {
+        &self.header().bell
+    }
+    /// The count of kicks so far (a consumer compares it to see whether it was kicked).
+    pub fn kicks(&self) -> u32 {
+        self.header().kick.load(Ordering::Acquire)
     }
     fn cell(&self, pos: u64) -> &Cell {
         let i = (pos as usize) & (RING_CAP - 1);
@@ -285,34 +296,30 @@ impl Ring {
         Some(n)
     }
 
-    /// Consumer: sleeps until a push or a kick, or the timeout; true when kicked.
-    pub fn sleep(&self, timeout: Option<std::time::Duration>) -> bool {
-        let h = self.header();
-        let kick = h.kick.load(Ordering::Acquire);
-        h.sleeping.store(1, Ordering::SeqCst);
-        // Pairs with the producer's fence after its push: either it sees us asleep, or we see
-        // its cell.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        // Re-check after announcing the sleep: a producer that pushed before seeing the flag
-        // is caught here.
-        let pos = h.head.load(Ordering::Relaxed);
-        if self.cell(pos).seq.load(Ordering::Acquire) == pos + 1
-            || h.kick.load(Ordering::Acquire) != kick
-        {
-            h.sleeping.store(0, Ordering::Relaxed);
-            return h.kick.load(Ordering::Acquire) != kick;
-        }
-        sys::futex_wait(&h.sleeping, 1, timeout);
-        h.sleeping.store(0, Ordering::Relaxed);
-        h.kick.load(Ordering::Acquire) != kick
-    }
-
     /// Interrupts a sleeping consumer.
     pub fn kick(&self) {
         let h = self.header();
         h.kick.fetch_add(1, Ordering::AcqRel);
         h.sleeping.store(0, Ordering::SeqCst);
         sys::futex_wake(&h.sleeping);
+    }
+}
+
+/// The consumer's sleep, for `vmmc::wait`: armed, the producers' pushes and the kicks wake it.
+impl vmmc::wait::Sleep for Ring {
+    fn arm(&self) -> u64 {
+        let h = self.header();
+        h.sleeping.store(1, Ordering::SeqCst);
+        // Pairs with the producer's fence after its push: either it sees us asleep, or the
+        // consumer's re-check after arming sees its cell.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        1
+    }
+    fn sleep(&self, token: u64, timeout: std::time::Duration) {
+        sys::futex_wait(&self.header().sleeping, token as u32, Some(timeout));
+    }
+    fn disarm(&self) {
+        self.header().sleeping.store(0, Ordering::Relaxed);
     }
 }
 

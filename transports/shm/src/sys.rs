@@ -3,8 +3,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicU32;
-use std::time::Duration;
 
 /// Runs a libc call returning -1 on error, as mio's `syscall!`.
 macro_rules! syscall {
@@ -21,45 +19,7 @@ macro_rules! syscall {
 }
 pub(crate) use syscall;
 
-/// Sleeps while `*word == expected` (shared, not process-private: the word may live in memory
-/// shared between processes). Returns on wake-up, timeout, signal or value change.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` is a valid aligned u32 for the duration of the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            tsp,
-            std::ptr::null::<u32>(),
-            0u32,
-        )
-    };
-}
-
-/// Wakes every waiter on `word`.
-pub fn futex_wake(word: &AtomicU32) {
-    // SAFETY: as above.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        )
-    };
-}
+pub use vmmc::wait::{futex_wait, futex_wake};
 
 /// Writes `pieces` (local slices) to consecutive remote addresses starting at each piece's
 /// address in process `pid`, in one system call. The kernel copies the pieces in order, so a
