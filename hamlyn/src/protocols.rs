@@ -1,0 +1,613 @@
+//! The library's upper layer (seed 002 §3.3): receiver end points with their receive class
+//! and `process_arrival`, seeds, and the three protocols.
+//!
+//! A receiver end point owns a receive class of the manager ([`Hamlyn::new_class`]); the
+//! class pointer is stored in each of its metadata entries (Table 2). `receive` returns an
+//! arrival of its own class if there is one; else the manager's `poll_nowait`
+//! ([`Hamlyn::poll_class`]) takes notification queue entries, recording those of other
+//! classes in their end points' arrival queues, until one for this end point turns up; the
+//! end point's `process_arrival` then reads the metadata and makes the result.
+
+use crate::arch::{Hamlyn, Mode, NqEntry, SendOpts, SlotId};
+use crate::error::{Error, Result};
+use crate::ticket::{Ticket, TICKET_LEN};
+use crate::wait::Waiter;
+use crate::Handle;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+
+// ----- seeds -----
+
+/// What a seed creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedKind {
+    /// A [`StreamSender`].
+    Stream,
+    /// A datagram sender (the ticket alone).
+    Datagram,
+}
+
+/// A seed (§3.3): tickets for preallocated buffers and metadata, and what else a remote
+/// node needs to create the sender end point that matches a receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seed {
+    /// The kind of end point it grows.
+    pub kind: SeedKind,
+    /// The ticket over the receiver's buffer and metadata entries.
+    pub ticket: Ticket,
+    /// Metadata entries (tickets) the sender may have outstanding.
+    pub entries: u32,
+}
+
+impl Seed {
+    /// The seed as bytes, to send to the remote node.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(TICKET_LEN + 8);
+        b.extend_from_slice(&(self.kind as u32).to_le_bytes());
+        b.extend_from_slice(&self.entries.to_le_bytes());
+        b.extend_from_slice(&self.ticket.to_bytes());
+        b
+    }
+    /// Parses a seed.
+    pub fn from_bytes(b: &[u8]) -> Result<Seed> {
+        if b.len() < 8 + TICKET_LEN {
+            return Err(Error::Protocol("short seed".into()));
+        }
+        let kind = match u32_at(b, 0) {
+            0 => SeedKind::Stream,
+            1 => SeedKind::Datagram,
+            k => return Err(Error::Protocol(format!("seed of kind {k}"))),
+        };
+        Ok(Seed {
+            kind,
+            entries: u32_at(b, 4),
+            ticket: Ticket::from_bytes(&b[8..])?,
+        })
+    }
+}
+
+// ----- simple datagram -----
+
+/// A datagram as received: the data and the reply ticket that came with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    /// The data.
+    pub data: Vec<u8>,
+    /// A ticket to reply with, if the sender put one in.
+    pub reply: Option<Ticket>,
+    /// The rank whose link delivered it.
+    pub from: u32,
+}
+
+const DG_REPLY: u32 = 1;
+
+/// Simple datagram protocol (§3.3): raw Hamlyn semantics. One receiver instance per metadata
+/// entry, either ready or not ready: no queue.
+pub struct DatagramReceiver {
+    slot: SlotId,
+    class: u64,
+}
+
+impl DatagramReceiver {
+    /// A receiver for datagrams of up to `max_len` bytes, in `mode` (paranoid_one_shot makes
+    /// the instance refuse a second datagram until this one is received).
+    pub fn new(h: &mut Hamlyn, max_len: usize, mode: Mode) -> Result<DatagramReceiver> {
+        let slot = h.create_slot(max_len.max(4), 1, mode)?;
+        let class = h.new_class();
+        h.set_class(slot, 0, class)?;
+        Ok(DatagramReceiver { slot, class })
+    }
+    /// The ticket that lets a sender send one datagram at a time here.
+    pub fn ticket(&self, h: &Hamlyn) -> Result<Ticket> {
+        h.ticket(self.slot, 0, 0, h.area(self.slot)?.len() as u64)
+    }
+    /// The slot (for the protection tests: revocation, statistics).
+    pub fn slot(&self) -> SlotId {
+        self.slot
+    }
+    /// A seed for this receiver.
+    pub fn make_seed(&self, h: &Hamlyn) -> Result<Seed> {
+        Ok(Seed {
+            kind: SeedKind::Datagram,
+            ticket: self.ticket(h)?,
+            entries: 1,
+        })
+    }
+    /// The datagram, if one arrived.
+    pub fn receive(&mut self, h: &mut Hamlyn) -> Result<Option<Datagram>> {
+        match h.poll_class(self.class)? {
+            Some(e) => self.process_arrival(h, &e).map(Some),
+            None => Ok(None),
+        }
+    }
+    /// Waits up to `timeout` for the datagram.
+    pub fn receive_block(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Datagram> {
+        let e = h.wait_class(self.class, timeout, None)?;
+        self.process_arrival(h, &e)
+    }
+    /// Reads the metadata the sender made (offset, length, reply ticket) and makes the
+    /// instance ready again (re-arms a one-shot entry).
+    pub fn process_arrival(&mut self, h: &mut Hamlyn, e: &NqEntry) -> Result<Datagram> {
+        let m = h.meta(self.slot, 0)?;
+        let md = m.metadata().to_vec();
+        if md.len() < 12 {
+            return Err(Error::Protocol("datagram without its metadata".into()));
+        }
+        let (off, len, flags) = (
+            u32_at(&md, 0) as usize,
+            u32_at(&md, 4) as usize,
+            u32_at(&md, 8),
+        );
+        let area = h.area(self.slot)?;
+        let data = area
+            .get(off..off.saturating_add(len))
+            .ok_or_else(|| Error::Protocol("datagram outside its slot".into()))?
+            .to_vec();
+        let reply = if flags & DG_REPLY != 0 {
+            Some(Ticket::from_bytes(&md[12..])?)
+        } else {
+            None
+        };
+        h.rearm(self.slot, 0)?;
+        Ok(Datagram {
+            data,
+            reply,
+            from: e.from,
+        })
+    }
+}
+
+/// Sends a datagram to `t` (a wrapper of `h_send_msg` that makes the metadata: offset, length
+/// and an optional reply ticket).
+pub fn send_datagram(
+    h: &mut Hamlyn,
+    t: &Ticket,
+    data: &[u8],
+    reply: Option<&Ticket>,
+) -> Result<Handle> {
+    let mut md = [0u8; 12 + TICKET_LEN];
+    md[0..4].copy_from_slice(&(t.base as u32).to_le_bytes());
+    md[4..8].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    let mut n = 12;
+    if let Some(r) = reply {
+        md[8..12].copy_from_slice(&DG_REPLY.to_le_bytes());
+        md[12..].copy_from_slice(&r.to_bytes());
+        n = md.len();
+    }
+    h.h_send_msg(t, t.base, data, &md[..n], SendOpts::default())
+}
+
+// ----- tagged remote write -----
+
+/// Tagged remote write (§3.3): fast mode, one packet per message, tags queued at the
+/// receiver, no ordering promise.
+pub struct TaggedReceiver {
+    slot: SlotId,
+    class: u64,
+    tags: VecDeque<u32>,
+}
+
+impl TaggedReceiver {
+    /// A receiver over a message area of `len` bytes.
+    pub fn new(h: &mut Hamlyn, len: usize) -> Result<TaggedReceiver> {
+        let slot = h.create_slot(len, 0, Mode::Normal)?;
+        let class = h.new_class();
+        h.set_fast_class(slot, class)?;
+        Ok(TaggedReceiver {
+            slot,
+            class,
+            tags: VecDeque::new(),
+        })
+    }
+    /// The fast-mode ticket senders write with.
+    pub fn ticket(&self, h: &Hamlyn) -> Result<Ticket> {
+        h.fast_ticket(self.slot)
+    }
+    /// The message area.
+    pub fn area<'a>(&self, h: &'a Hamlyn) -> Result<&'a [u8]> {
+        h.area(self.slot)
+    }
+    /// The slot.
+    pub fn slot(&self) -> SlotId {
+        self.slot
+    }
+    fn take_arrivals(&mut self, h: &mut Hamlyn) -> Result<()> {
+        while let Some(e) = h.poll_class(self.class)? {
+            self.tags.push_back(e.word);
+        }
+        Ok(())
+    }
+    /// `get_tag`: the oldest tag that arrived, if any.
+    pub fn get_tag(&mut self, h: &mut Hamlyn) -> Result<Option<u32>> {
+        if self.tags.is_empty() {
+            if let Some(e) = h.poll_class(self.class)? {
+                return Ok(Some(e.word));
+            }
+        }
+        Ok(self.tags.pop_front())
+    }
+    /// `get_specific_tag`: waits up to `timeout` for `tag` (other tags stay queued).
+    pub fn get_specific_tag(
+        &mut self,
+        h: &mut Hamlyn,
+        tag: u32,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let deadline = timeout.map(|t| crate::wait::now_ns() + t.as_nanos() as u64);
+        let mut w = Waiter::new();
+        loop {
+            if let Some(i) = self.tags.iter().position(|&t| t == tag) {
+                self.tags.remove(i);
+                return Ok(());
+            }
+            let before = self.tags.len();
+            self.take_arrivals(h)?;
+            if self.tags.len() > before {
+                continue;
+            }
+            h.pump()?;
+            if w.due() && deadline.is_some_and(|d| crate::wait::now_ns() >= d) {
+                return Err(Error::Timeout);
+            }
+            w.relax();
+        }
+    }
+}
+
+/// Sends `data` to offset `offset` of `t`'s slot with `tag` (one packet, fast mode).
+pub fn tagged_write(h: &mut Hamlyn, t: &Ticket, offset: u64, data: &[u8], tag: u32) -> Result<()> {
+    h.h_send_fast(t, offset, data, tag)
+}
+
+// ----- stream -----
+
+/// A received stream record: `<start, length>` in the receiver's buffer (no copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Position in the stream (1 is the first record).
+    pub id: u64,
+    /// Offset of the data in the receiver's buffer.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+const ST_HELLO: u32 = 1;
+
+/// Stream protocol (§3.3), receiving end: one-way, one-to-one, in order. `receive` returns a
+/// record in place, `release` frees every record up to one and returns the tickets to the
+/// sender.
+pub struct StreamReceiver {
+    slot: SlotId,
+    class: u64,
+    entries: u32,
+    peer: Option<u32>,
+    credit: Option<Ticket>,
+    next: u64,
+    early: BTreeMap<u64, Record>,
+    released: u64,
+}
+
+impl StreamReceiver {
+    /// A receiver with a buffer of `buf_len` bytes and `entries` metadata entries (the most
+    /// records the sender may have unreleased).
+    pub fn new(h: &mut Hamlyn, buf_len: usize, entries: u32) -> Result<StreamReceiver> {
+        if entries < 2 || buf_len < 64 {
+            return Err(Error::InvalidArgument(
+                "a stream needs 2 entries and 64 bytes",
+            ));
+        }
+        let slot = h.create_slot(buf_len, entries as usize, Mode::Normal)?;
+        let class = h.new_class();
+        for i in 0..entries {
+            h.set_class(slot, i, class)?;
+        }
+        Ok(StreamReceiver {
+            slot,
+            class,
+            entries,
+            peer: None,
+            credit: None,
+            next: 0,
+            early: BTreeMap::new(),
+            released: 0,
+        })
+    }
+
+    /// `make_seed`: the seed that creates the matching [`StreamSender`] remotely.
+    pub fn make_seed(&self, h: &Hamlyn) -> Result<Seed> {
+        Ok(Seed {
+            kind: SeedKind::Stream,
+            ticket: h.range_ticket(self.slot, 0, self.entries)?,
+            entries: self.entries,
+        })
+    }
+
+    /// The sender's rank, once it said hello.
+    pub fn peer(&self) -> Option<u32> {
+        self.peer
+    }
+
+    /// Records the arrival of a message: reads its metadata (sequence, offset, length, and in
+    /// the hello message the sender's credit ticket).
+    pub fn process_arrival(&mut self, h: &mut Hamlyn, e: &NqEntry) -> Result<()> {
+        let md = h.meta(self.slot, e.meta_index)?.metadata().to_vec();
+        if md.len() < 16 {
+            return Err(Error::Protocol(
+                "stream message without its metadata".into(),
+            ));
+        }
+        let seq = u32_at(&md, 0) as u64;
+        // Sequence numbers travel as 32 bits: extend them near the next one expected.
+        let seq = self.next + (seq.wrapping_sub(self.next) & 0xffff_ffff);
+        let (off, len, flags) = (
+            u32_at(&md, 4) as usize,
+            u32_at(&md, 8) as usize,
+            u32_at(&md, 12),
+        );
+        if flags & ST_HELLO != 0 {
+            self.credit = Some(Ticket::from_bytes(&md[16..])?);
+            self.peer = Some(e.from);
+        }
+        self.early.insert(
+            seq,
+            Record {
+                id: seq,
+                offset: off,
+                len,
+            },
+        );
+        Ok(())
+    }
+
+    fn take_ready(&mut self) -> Option<Record> {
+        let r = self.early.remove(&self.next)?;
+        self.next += 1;
+        Some(r)
+    }
+
+    fn next_record(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Option<Record>> {
+        loop {
+            if let Some(r) = self.take_ready() {
+                if r.id == 0 {
+                    // The hello: consumed by the protocol itself.
+                    self.release_to(h, 0)?;
+                    continue;
+                }
+                return Ok(Some(r));
+            }
+            let e = match timeout {
+                Some(t) if t.is_zero() => match h.poll_class(self.class)? {
+                    Some(e) => e,
+                    None => return Ok(None),
+                },
+                _ => h.wait_class(self.class, timeout, self.peer)?,
+            };
+            self.process_arrival(h, &e)?;
+        }
+    }
+
+    /// `receive`: the next record in order, if it arrived.
+    pub fn receive(&mut self, h: &mut Hamlyn) -> Result<Option<Record>> {
+        self.next_record(h, Some(Duration::ZERO))
+    }
+
+    /// Waits up to `timeout` (`None`: forever) for the next record. A sender that died is
+    /// reported as [`Error::PeerLost`] once every record it sent has been received.
+    pub fn receive_block(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Record> {
+        self.next_record(h, timeout)?.ok_or(Error::Timeout)
+    }
+
+    /// The bytes of a record, in place in the receiver's buffer.
+    pub fn data<'a>(&self, h: &'a Hamlyn, r: &Record) -> Result<&'a [u8]> {
+        h.area(self.slot)?
+            .get(r.offset..r.offset + r.len)
+            .ok_or_else(|| Error::Protocol("record outside the stream buffer".into()))
+    }
+
+    /// `release`: frees every record up to and including `r`; the sender gets the tickets
+    /// and buffer space back.
+    pub fn release(&mut self, h: &mut Hamlyn, r: &Record) -> Result<()> {
+        self.release_to(h, r.id)
+    }
+
+    fn release_to(&mut self, h: &mut Hamlyn, id: u64) -> Result<()> {
+        if id < self.released {
+            return Ok(());
+        }
+        self.released = id + 1;
+        let t = self
+            .credit
+            .ok_or_else(|| Error::Protocol("release before the sender's hello".into()))?;
+        match h.h_send_fast(&t, 0, &[], self.released as u32) {
+            // A sender that is gone takes no tickets back; `receive` reports it.
+            Err(Error::PeerLost(_)) => Ok(()),
+            r => r,
+        }
+    }
+}
+
+/// Stream protocol (§3.3), sending end, grown from a seed. `send` coalesces small writes by
+/// copying and sends large ones as they are; `flush` forces out what is coalesced. The
+/// sender blocks (or gets `WouldBlock`) when it runs out of tickets or buffer space.
+pub struct StreamSender {
+    t: Ticket,
+    entries: u32,
+    buf_len: u64,
+    dest: u32,
+    credit_slot: SlotId,
+    credit_class: u64,
+    seq: u64,
+    /// Stream buffer position (bytes allocated, wasted tails included).
+    wpos: u64,
+    /// End position of every unreleased message, by sequence.
+    inflight: VecDeque<u64>,
+    released: u64,
+    released_pos: u64,
+    pending: Vec<u8>,
+    coalesce: usize,
+}
+
+impl StreamSender {
+    /// Grows the sender end point of `seed`: makes a credit slot here and says hello with its
+    /// ticket (a ticket travelling in a message, used by the receiver to reply).
+    pub fn from_seed(h: &mut Hamlyn, seed: &Seed) -> Result<StreamSender> {
+        if seed.kind != SeedKind::Stream || seed.entries < 2 {
+            return Err(Error::Protocol("not a stream seed".into()));
+        }
+        let credit_slot = h.create_slot(64, 0, Mode::Normal)?;
+        let credit_class = h.new_class();
+        h.set_fast_class(credit_slot, credit_class)?;
+        let mut s = StreamSender {
+            t: seed.ticket,
+            entries: seed.entries,
+            buf_len: seed.ticket.len(),
+            dest: seed.ticket.dest,
+            credit_slot,
+            credit_class,
+            seq: 0,
+            wpos: 0,
+            inflight: VecDeque::new(),
+            released: 0,
+            released_pos: 0,
+            pending: Vec::new(),
+            coalesce: h.config().packet_size.min(16 << 10),
+        };
+        let ct = h.fast_ticket(credit_slot)?;
+        s.message(h, &[], ST_HELLO, Some(&ct))?;
+        Ok(s)
+    }
+
+    /// The largest message: a quarter of the receiver's buffer.
+    fn max_message(&self) -> usize {
+        (self.buf_len / 4).max(1) as usize
+    }
+
+    fn take_credit(&mut self, h: &mut Hamlyn) -> Result<()> {
+        while let Some(e) = h.poll_class(self.credit_class)? {
+            // Released counts travel as 32 bits.
+            let r = self.released + (e.word as u64).wrapping_sub(self.released) % (1 << 32);
+            while self.released < r {
+                if let Some(end) = self.inflight.pop_front() {
+                    self.released_pos = end;
+                }
+                self.released += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        h: &mut Hamlyn,
+        data: &[u8],
+        flags: u32,
+        reply: Option<&Ticket>,
+    ) -> Result<()> {
+        let len = data.len() as u64;
+        // Place it contiguously in the receiver's buffer: skip the tail if it does not fit.
+        let at = self.wpos % self.buf_len;
+        let skip = if at + len > self.buf_len {
+            self.buf_len - at
+        } else {
+            0
+        };
+        let need_end = self.wpos + skip + len;
+        let mut w = Waiter::new();
+        loop {
+            self.take_credit(h)?;
+            let tickets_ok = self.seq - self.released < self.entries as u64;
+            let space_ok = need_end - self.released_pos <= self.buf_len;
+            if tickets_ok && space_ok {
+                break;
+            }
+            if !h.config().block {
+                return Err(Error::WouldBlock("stream sender out of tickets"));
+            }
+            h.pump()?;
+            h.poll_links()?;
+            if w.due() && !h.peer_alive(self.dest) {
+                return Err(Error::PeerLost(format!("rank {}", self.dest)));
+            }
+            w.relax();
+        }
+        let off = (self.wpos + skip) % self.buf_len;
+        let mut md = [0u8; 16 + TICKET_LEN];
+        md[0..4].copy_from_slice(&(self.seq as u32).to_le_bytes());
+        md[4..8].copy_from_slice(&(off as u32).to_le_bytes());
+        md[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        md[12..16].copy_from_slice(&flags.to_le_bytes());
+        let mut n = 16;
+        if let Some(r) = reply {
+            md[16..].copy_from_slice(&r.to_bytes());
+            n = md.len();
+        }
+        let idx = self.t.meta_index + (self.seq % self.entries as u64) as u32;
+        let opts = SendOpts {
+            meta_index: Some(idx),
+            ..Default::default()
+        };
+        h.h_send_msg(&self.t, off, data, &md[..n], opts)?;
+        self.seq += 1;
+        self.wpos = need_end;
+        self.inflight.push_back(need_end);
+        Ok(())
+    }
+
+    /// `send`: appends `data` to the stream.
+    pub fn send(&mut self, h: &mut Hamlyn, data: &[u8]) -> Result<()> {
+        if self.pending.len() + data.len() <= self.coalesce {
+            self.pending.extend_from_slice(data);
+            return Ok(());
+        }
+        self.flush(h)?;
+        if data.len() <= self.coalesce {
+            self.pending.extend_from_slice(data);
+            return Ok(());
+        }
+        for chunk in data.chunks(self.max_message()) {
+            self.message(h, chunk, 0, None)?;
+        }
+        Ok(())
+    }
+
+    /// `flush`: transmits everything posted so far.
+    pub fn flush(&mut self, h: &mut Hamlyn) -> Result<()> {
+        if !self.pending.is_empty() {
+            let p = std::mem::take(&mut self.pending);
+            let r = self.message(h, &p, 0, None);
+            self.pending = p;
+            self.pending.clear();
+            r?;
+        }
+        h.drain_queue()
+    }
+
+    /// Waits until the receiver released everything sent (a graceful close by the sender,
+    /// §6.4, waits for this before it goes away).
+    pub fn close(mut self, h: &mut Hamlyn) -> Result<()> {
+        self.flush(h)?;
+        let mut w = Waiter::new();
+        loop {
+            self.take_credit(h)?;
+            if self.released >= self.seq {
+                let _ = h.destroy_slot(self.credit_slot);
+                return Ok(());
+            }
+            h.poll_links()?;
+            if w.due() && !h.peer_alive(self.dest) {
+                return Err(Error::PeerLost(format!("rank {}", self.dest)));
+            }
+            w.relax();
+        }
+    }
+
+    /// Records sent (the hello included).
+    pub fn sent(&self) -> u64 {
+        self.seq
+    }
+}
