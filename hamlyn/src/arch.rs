@@ -1447,7 +1447,9 @@ impl Hamlyn {
 /// followed by the header. VMMC keeps the updates of one link in order, so the receiver
 /// that sees the sequence word sees the whole packet.
 fn put_packet_split(h: &mut Hamlyn, dest: u32, mut hdr: Header, pieces: &[&[u8]]) -> Result<()> {
-    let proxy = h.ring_proxy(dest)?;
+    if h.out[dest as usize].ring.is_none() {
+        h.ring_proxy(dest)?;
+    }
     let o = &mut h.out[dest as usize];
     let cell = o.sent as usize % h.layout.cells;
     o.sent = o.sent.wrapping_add(1);
@@ -1461,6 +1463,7 @@ fn put_packet_split(h: &mut Hamlyn, dest: u32, mut hdr: Header, pieces: &[&[u8]]
             h.stats.wakeups_sent += 1;
         }
     }
+    let proxy = o.ring.as_ref().expect("imported");
     let plen = hdr.len as usize;
     let start = h.layout.payload_at(cell, plen);
     let stage = &mut h.stage;

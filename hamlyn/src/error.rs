@@ -15,6 +15,9 @@ pub enum Error {
     /// No resource right now (work queue full, no ticket): retry after progress (§2.8).
     #[error("would block: {0}")]
     WouldBlock(&'static str),
+    /// The sender closed the stream (§6.4) and every record was received.
+    #[error("the stream was closed by its sender")]
+    Closed,
     /// A blocking receive's time-out expired (`h_recv_block`).
     #[error("timed out")]
     Timeout,

@@ -73,6 +73,10 @@ pub fn group_values(n: usize) -> Vec<u32> {
 /// values that sum to it modulo 2^32, none of them 0.
 pub fn split_value(y: u32, n: usize) -> Vec<u32> {
     assert!(n > 0 && n <= 1 << 20, "split into 1..2^20 parts");
+    if n == 1 {
+        // 2^32 is 0 modulo 2^32: a group of one is an ordinary message.
+        return vec![y];
+    }
     let whole: u64 = if y == 0 { 1 << 32 } else { y as u64 };
     let part = whole / n as u64;
     let mut v: Vec<u32> = (0..n).map(|_| part as u32).collect();
@@ -95,7 +99,7 @@ mod tests {
             let v = group_values(n);
             let s = v.iter().fold(0u32, |a, &x| a.wrapping_add(x));
             assert_eq!(s, 0, "{v:?}");
-            assert!(v.iter().all(|&x| x != 0));
+            assert!(n == 1 || v.iter().all(|&x| x != 0));
         }
         let v = group_values(3);
         let d = split_value(v[1], 2);

@@ -72,11 +72,15 @@ impl Seed {
 
 // ----- simple datagram -----
 
-/// A datagram as received: the data and the reply ticket that came with it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A datagram as received: where its data lies in the receiver's slot (read it in place
+/// with [`DatagramReceiver::data`] until the next datagram) and the reply ticket that came
+/// with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Datagram {
-    /// The data.
-    pub data: Vec<u8>,
+    /// Offset of the data in the receiver's slot.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
     /// A ticket to reply with, if the sender put one in.
     pub reply: Option<Ticket>,
     /// The rank whose link delivered it.
@@ -142,11 +146,10 @@ impl DatagramReceiver {
             u32_at(&md, 4) as usize,
             u32_at(&md, 8),
         );
-        let area = h.area(self.slot)?;
-        let data = area
-            .get(off..off.saturating_add(len))
-            .ok_or_else(|| Error::Protocol("datagram outside its slot".into()))?
-            .to_vec();
+        let area_len = h.area(self.slot)?.len();
+        if off.checked_add(len).is_none_or(|end| end > area_len) {
+            return Err(Error::Protocol("datagram outside its slot".into()));
+        }
         let reply = if flags & DG_REPLY != 0 {
             Some(Ticket::from_bytes(&md[12..])?)
         } else {
@@ -154,10 +157,16 @@ impl DatagramReceiver {
         };
         h.rearm(self.slot, 0)?;
         Ok(Datagram {
-            data,
+            offset: off,
+            len,
             reply,
             from: e.from,
         })
+    }
+
+    /// The data of `d`, in place (valid until the next datagram arrives here).
+    pub fn data<'a>(&self, h: &'a Hamlyn, d: &Datagram) -> Result<&'a [u8]> {
+        Ok(&h.area(self.slot)?[d.offset..d.offset + d.len])
     }
 }
 
@@ -277,6 +286,7 @@ pub struct Record {
 }
 
 const ST_HELLO: u32 = 1;
+const ST_CLOSE: u32 = 2;
 
 /// Stream protocol (§3.3), receiving end: one-way, one-to-one, in order. `receive` returns a
 /// record in place, `release` frees every record up to one and returns the tickets to the
@@ -288,8 +298,14 @@ pub struct StreamReceiver {
     peer: Option<u32>,
     credit: Option<Ticket>,
     next: u64,
-    early: BTreeMap<u64, Record>,
+    early: BTreeMap<u64, (Record, u32)>,
     released: u64,
+    /// Released but not yet reported to the sender: messages and bytes.
+    unreported: (u64, u64),
+    /// Records handed out and not released: id and length.
+    handed: VecDeque<(u64, u64)>,
+    closed: bool,
+    buf_len: usize,
 }
 
 impl StreamReceiver {
@@ -315,6 +331,10 @@ impl StreamReceiver {
             next: 0,
             early: BTreeMap::new(),
             released: 0,
+            unreported: (0, 0),
+            handed: VecDeque::new(),
+            closed: false,
+            buf_len,
         })
     }
 
@@ -355,16 +375,19 @@ impl StreamReceiver {
         }
         self.early.insert(
             seq,
-            Record {
-                id: seq,
-                offset: off,
-                len,
-            },
+            (
+                Record {
+                    id: seq,
+                    offset: off,
+                    len,
+                },
+                flags,
+            ),
         );
         Ok(())
     }
 
-    fn take_ready(&mut self) -> Option<Record> {
+    fn take_ready(&mut self) -> Option<(Record, u32)> {
         let r = self.early.remove(&self.next)?;
         self.next += 1;
         Some(r)
@@ -372,13 +395,18 @@ impl StreamReceiver {
 
     fn next_record(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Option<Record>> {
         loop {
-            if let Some(r) = self.take_ready() {
-                if r.id == 0 {
-                    // The hello: consumed by the protocol itself.
-                    self.release_to(h, 0)?;
+            if let Some((r, flags)) = self.take_ready() {
+                if flags & (ST_HELLO | ST_CLOSE) != 0 {
+                    // Consumed by the protocol itself.
+                    self.closed |= flags & ST_CLOSE != 0;
+                    self.release_to(h, r.id, 0)?;
                     continue;
                 }
+                self.handed.push_back((r.id, r.len as u64));
                 return Ok(Some(r));
+            }
+            if self.closed() {
+                return Err(Error::Closed);
             }
             let e = match timeout {
                 Some(t) if t.is_zero() => match h.poll_class(self.class)? {
@@ -397,7 +425,8 @@ impl StreamReceiver {
     }
 
     /// Waits up to `timeout` (`None`: forever) for the next record. A sender that died is
-    /// reported as [`Error::PeerLost`] once every record it sent has been received.
+    /// reported as [`Error::PeerLost`] once every record it sent has been received; a closed
+    /// stream as [`Error::Closed`].
     pub fn receive_block(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Record> {
         self.next_record(h, timeout)?.ok_or(Error::Timeout)
     }
@@ -412,14 +441,35 @@ impl StreamReceiver {
     /// `release`: frees every record up to and including `r`; the sender gets the tickets
     /// and buffer space back.
     pub fn release(&mut self, h: &mut Hamlyn, r: &Record) -> Result<()> {
-        self.release_to(h, r.id)
+        let mut bytes = 0;
+        while self.handed.front().is_some_and(|&(id, _)| id <= r.id) {
+            bytes += self.handed.pop_front().expect("front").1;
+        }
+        self.release_to(h, r.id, bytes)
     }
 
-    fn release_to(&mut self, h: &mut Hamlyn, id: u64) -> Result<()> {
+    /// Whether the sender closed the stream (and every record before the close was
+    /// received).
+    pub fn closed(&self) -> bool {
+        self.closed && self.early.is_empty()
+    }
+
+    fn release_to(&mut self, h: &mut Hamlyn, id: u64, bytes: u64) -> Result<()> {
         if id < self.released {
             return Ok(());
         }
+        self.unreported.0 += id + 1 - self.released;
+        self.unreported.1 += bytes;
         self.released = id + 1;
+        // Tickets go back in batches: a quarter of the entries or an eighth of the buffer.
+        // A sender whose receiver released everything is then never short of either (its
+        // unreported share, one skipped tail and its next message fit in the buffer).
+        if self.unreported.0 < (self.entries as u64 / 4).max(1)
+            && self.unreported.1 < self.buf_len as u64 / 8
+        {
+            return Ok(());
+        }
+        self.unreported = (0, 0);
         let t = self
             .credit
             .ok_or_else(|| Error::Protocol("release before the sender's hello".into()))?;
@@ -587,23 +637,15 @@ impl StreamSender {
         h.drain_queue()
     }
 
-    /// Waits until the receiver released everything sent (a graceful close by the sender,
-    /// §6.4, waits for this before it goes away).
+    /// A graceful close by the sender (§6.4): flushes, then tells the receiver the stream
+    /// ends (its `receive_block` then returns [`Error::Closed`] after the last record). The
+    /// data is in the receiver's memory once sent: the sender may go away at once.
     pub fn close(mut self, h: &mut Hamlyn) -> Result<()> {
         self.flush(h)?;
-        let mut w = Waiter::new();
-        loop {
-            self.take_credit(h)?;
-            if self.released >= self.seq {
-                let _ = h.destroy_slot(self.credit_slot);
-                return Ok(());
-            }
-            h.poll_links()?;
-            if w.due() && !h.peer_alive(self.dest) {
-                return Err(Error::PeerLost(format!("rank {}", self.dest)));
-            }
-            w.relax();
-        }
+        self.message(h, &[], ST_CLOSE, None)?;
+        h.drain_queue()?;
+        let _ = h.destroy_slot(self.credit_slot);
+        Ok(())
     }
 
     /// Records sent (the hello included).
