@@ -1021,6 +1021,34 @@ impl Hamlyn {
         Ok(p)
     }
 
+    /// Writes a packet with any header into this process's own ring at `dest`: what a
+    /// misbehaving or malicious process can do, since the ring's pages are mapped into it (on
+    /// shm) and nothing on the sending side checks anything. The header's `len` may lie; the
+    /// payload is placed as for a packet of `payload.len()` bytes. For tests of the receiving
+    /// side's checks.
+    pub fn forge_packet(&mut self, dest: u32, mut hdr: Header, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.cfg.packet_size || dest as usize >= self.out.len() {
+            return Err(Error::InvalidArgument(
+                "forged packet: payload or destination",
+            ));
+        }
+        self.drain_queue()?;
+        self.wait_room(dest)?;
+        if self.out[dest as usize].ring.is_none() {
+            self.ring_proxy(dest)?;
+        }
+        let o = &mut self.out[dest as usize];
+        let cell = o.sent as usize % self.layout.cells;
+        o.sent = o.sent.wrapping_add(1);
+        hdr.seq = o.sent;
+        let mut b = payload.to_vec();
+        b.resize(pad4(payload.len()), 0);
+        b.extend_from_slice(&hdr.encode());
+        let at = self.layout.payload_at(cell, payload.len());
+        o.ring.as_ref().expect("imported").send(at, &b)?;
+        Ok(())
+    }
+
     // ----- the receiving interface (§2.2, §2.5, §2.6, §2.7) -----
 
     /// Takes every packet waiting in the links, as the receiving interface would (checks,

@@ -81,3 +81,21 @@ fn dead_sender() {
     assert_eq!(o.ranks_ok(), 2, "{}", o.report());
     assert!(o.stdout.contains("receiver saw: peer"), "{}", o.report());
 }
+
+#[test]
+fn forged_packets() {
+    job("forged_packets", 2, Config::default, common::forged_packets);
+}
+
+#[test]
+fn blocking_wakeup() {
+    job(
+        "blocking_wakeup",
+        2,
+        || Config {
+            wakeup: true,
+            ..Config::default()
+        },
+        common::wakeup,
+    );
+}

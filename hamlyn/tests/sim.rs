@@ -70,3 +70,16 @@ fn dead_sender() {
     assert!(matches!(out[0], Outcome::Returned(())), "{out:?}");
     assert!(matches!(out[2], Outcome::Returned(())), "{out:?}");
 }
+
+#[test]
+fn forged_packets() {
+    all_ok(on_sim(2, Config::default(), common::forged_packets));
+}
+
+#[test]
+fn terminus_back_pressure() {
+    let stop = std::sync::atomic::AtomicUsize::new(0);
+    all_ok(on_sim(2, common::back_pressure_config(), |h| {
+        common::terminus_back_pressure(h, &stop)
+    }));
+}

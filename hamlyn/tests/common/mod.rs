@@ -6,10 +6,29 @@ use hamlyn::protocols::{
     send_datagram, tagged_write, DatagramReceiver, Seed, StreamReceiver, StreamSender,
     TaggedReceiver,
 };
-use hamlyn::{group_values, split_value, Config, Error, Hamlyn, Mode, Result, SendOpts, Ticket};
+use hamlyn::wire::{Header, FAST_INDEX, F_FIRST};
+use hamlyn::{
+    group_values, split_value, Config, Error, Gather, Hamlyn, Mode, Result, SendOpts, Ticket,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const LONG: Option<Duration> = Some(Duration::from_secs(30));
+
+/// `send_boot`, retried while a non-blocking interface says `WouldBlock`.
+fn send_boot(h: &mut Hamlyn, to: u32, b: &[u8]) -> Result<()> {
+    let mut w = hamlyn::wait::Waiter::new();
+    loop {
+        match h.send_boot(to, b) {
+            Err(Error::WouldBlock(_)) => {
+                h.poll_links()?;
+                w.relax();
+            }
+            r => return r,
+        }
+    }
+}
 
 /// Everybody meets at rank 0 (over the bootstrap channel).
 pub fn barrier(h: &mut Hamlyn) -> Result<()> {
@@ -18,10 +37,10 @@ pub fn barrier(h: &mut Hamlyn) -> Result<()> {
             assert_eq!(h.recv_boot(r)?, b"b");
         }
         for r in 1..h.size() as u32 {
-            h.send_boot(r, b"B")?;
+            send_boot(h, r, b"B")?;
         }
     } else {
-        h.send_boot(0, b"b")?;
+        send_boot(h, 0, b"b")?;
         assert_eq!(h.recv_boot(0)?, b"B");
     }
     Ok(())
@@ -509,4 +528,246 @@ pub fn dead_sender(h: &mut Hamlyn) -> Result<()> {
         return Ok(());
     }
     Ok(())
+}
+
+/// Packets forged by a sender straight into its own ring (which it may write: its pages are
+/// mapped into it on shm) are refused by the receiving side with nothing written: a length
+/// over the packet size, metadata over 60 bytes, an offset that overflows, a guessed key, a
+/// metadata index beyond the area, fast mode with metadata. The link goes on working.
+pub fn forged_packets(h: &mut Hamlyn) -> Result<()> {
+    if h.rank() == 0 {
+        let slot = h.create_slot(4096, 2, Mode::Normal)?;
+        h.send_boot(1, &h.ticket(slot, 0, 0, 4096)?.to_bytes())?;
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!(
+            (e.slot, e.meta_index),
+            (slot, 1),
+            "only the good packet is notified"
+        );
+        let st = h.stats();
+        assert_eq!(st.refused_malformed, 4, "{st:?}");
+        assert_eq!(st.refused_bounds, 1, "{st:?}");
+        assert_eq!(st.refused_key, 1, "{st:?}");
+        assert_eq!(st.packets, 1, "{st:?}");
+        let a = h.area(slot)?;
+        assert!(a[..8].iter().all(|&b| b == 5), "the good packet's data");
+        assert!(a[8..].iter().all(|&b| b == 0), "nothing else written");
+        assert_eq!(h.meta(slot, 0)?.meta_len, 0, "no metadata written");
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let good = Header {
+            slot: t.slot,
+            meta_index: 0,
+            key: t.key,
+            offset: 0,
+            delta: 0,
+            flags: F_FIRST,
+            len: 8,
+            meta_len: 0,
+            word: 0,
+            seq: 0,
+        };
+        let pay = [9u8; 8];
+        h.forge_packet(
+            0,
+            Header {
+                len: 1 << 30,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_len: 61,
+                len: 64,
+                ..good
+            },
+            &[9; 64],
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                offset: u64::MAX - 2,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                key: t.key.wrapping_add(1),
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: 2,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: FAST_INDEX,
+                meta_len: 4,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: 1,
+                ..good
+            },
+            &[5; 8],
+        )?;
+    }
+    barrier(h)
+}
+
+/// The send terminus (§2.3, §2.8) with gather lists over send buffer areas: without blocking,
+/// a sender whose receiver does not take packets fills its link, then its work queue, then
+/// gets `WouldBlock`; the completion word then advances in order as the receiver drains, and
+/// the send buffers come back to the application. `stop` is shared by the nodes (sim only:
+/// the receiver must not take packets until the sender saw `WouldBlock`).
+pub fn terminus_back_pressure(h: &mut Hamlyn, stop: &AtomicUsize) -> Result<()> {
+    let part = 3000;
+    if h.rank() == 0 {
+        let slot = h.create_slot(64 * 2 * part, 64, Mode::Normal)?;
+        h.send_boot(1, &h.range_ticket(slot, 0, 64)?.to_bytes())?;
+        let mut w = hamlyn::wait::Waiter::new();
+        let n = loop {
+            match stop.load(Ordering::Acquire) {
+                0 => {
+                    assert!(h.peer_alive(1), "the sender is gone");
+                    w.relax();
+                }
+                n => break n,
+            }
+        };
+        let mut seen = 0;
+        while seen < n {
+            let e = h.h_recv_block(LONG)?;
+            let i = e.meta_index as usize;
+            let a = &h.area(slot)?[i * 2 * part..(i + 1) * 2 * part];
+            assert!(a[..part] == pattern(1, part)[..], "message {i}, first part");
+            assert!(
+                a[part..] == pattern(2, part)[..],
+                "message {i}, second part"
+            );
+            assert_eq!(h.meta(slot, i as u32)?.metadata(), &[i as u8; 3]);
+            seen += 1;
+        }
+    } else if h.rank() == 1 {
+        assert!(!h.config().block);
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        h.set_send_buffer(0, pattern(1, part).into())?;
+        h.set_send_buffer(1, pattern(2, 2 * part).into())?;
+        let list = [
+            Gather {
+                tag: 0,
+                offset: 0,
+                len: part,
+            },
+            Gather {
+                tag: 1,
+                offset: 0,
+                len: part,
+            },
+        ];
+        let mut handles = Vec::new();
+        let err = loop {
+            let i = handles.len() as u32;
+            let opts = SendOpts {
+                meta_index: Some(i),
+                ..Default::default()
+            };
+            match h.h_send_gather(
+                &t,
+                (i as usize * 2 * part) as u64,
+                &list,
+                &[i as u8; 3],
+                opts,
+            ) {
+                Ok(hd) => handles.push(hd),
+                Err(e) => break e,
+            }
+            assert!(handles.len() < 64, "the terminus must push back");
+        };
+        assert!(matches!(err, Error::WouldBlock(_)), "{err}");
+        // Two messages of two packets fill the 4-cell link; three more fill the queue.
+        assert_eq!(
+            handles.len(),
+            2 + h.config().work_queue,
+            "queue full behind a full link"
+        );
+        assert!(!h.is_sent(handles[2]) && h.is_sent(handles[1]));
+        assert_eq!(h.completed(), 2);
+        stop.store(handles.len(), Ordering::Release);
+        let mut w = hamlyn::wait::Waiter::new();
+        while !handles.iter().all(|&hd| h.is_sent(hd)) {
+            h.pump()?;
+            w.relax();
+        }
+        assert_eq!(h.completed(), handles.last().unwrap().0 + 1);
+        let mut b = h.take_send_buffer(0).expect("tag 0");
+        assert!(
+            Arc::get_mut(&mut b).is_some(),
+            "the terminus let go of the send buffer"
+        );
+    }
+    barrier(h)
+}
+
+pub fn back_pressure_config() -> Config {
+    Config {
+        block: false,
+        ring_cells: 4,
+        work_queue: 3,
+        ..Config::default()
+    }
+}
+
+/// Blocking wake-up (§2.6): a receiver asleep in `h_recv_block` is woken by one notification
+/// per sleep from its sender (coalesced), and gets every message.
+pub fn wakeup(h: &mut Hamlyn) -> Result<()> {
+    assert!(h.config().wakeup);
+    const N: usize = 5;
+    if h.rank() == 0 {
+        let slot = h.create_slot(64, 1, Mode::Normal)?;
+        h.send_boot(1, &h.ticket(slot, 0, 0, 64)?.to_bytes())?;
+        assert_eq!(h.recv_boot(1)?, b"ready");
+        for i in 0..N {
+            let e = h.h_recv_block(LONG)?;
+            assert_eq!(e.slot, slot);
+            assert_eq!(h.area(slot)?[0], i as u8);
+        }
+        let st = h.stats();
+        assert!(st.sleeps > 0, "{st:?}");
+        assert!(h.wakeups_received() > 0, "woken by notifications: {st:?}");
+        println!(
+            "receiver slept {} times, woken {} times",
+            st.sleeps,
+            h.wakeups_received()
+        );
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        h.send_boot(0, b"ready")?;
+        for i in 0..N {
+            // Pacing, not synchronisation: let the receiver fall asleep.
+            std::thread::sleep(Duration::from_millis(30));
+            h.h_send_msg(&t, 0, &[i as u8; 4], &[], SendOpts::default())?;
+        }
+        let sent = h.stats().wakeups_sent;
+        assert!(
+            (1..=N as u64).contains(&sent),
+            "one notification per sleep at most: {sent}"
+        );
+    }
+    barrier(h)
 }
