@@ -7,7 +7,7 @@
 //! and a breakdown of a 16 B message in the layout of seed 002's Table 4 (with the seed's
 //! 12.7 / 14.1 µs beside it as a reference from a different machine).
 //!
-//! `bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--out DIR]`
+//! `bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--pin] [--out DIR]`
 //! (it starts `vmmc-run -n 2` itself: build `vmmc-run` in the same profile).
 
 #![forbid(unsafe_code)]
@@ -60,6 +60,18 @@ fn measure(sim: bool, size: usize, mut rt: impl FnMut(u64)) -> f64 {
     median(&mut v)
 }
 
+/// With `--pin` (on shm), one core per rank: steadier on an idle machine, worse on a loaded
+/// one (a pinned spinner cannot move away from a busy core).
+fn pin(ep: &Endpoint) {
+    if ep.transport_name() != "sim" && std::env::var_os("HAMLYN_BENCH_PIN").is_some() {
+        if let Some(cores) = core_affinity::get_core_ids() {
+            if !cores.is_empty() {
+                let _ = core_affinity::set_for_current(cores[ep.rank() % cores.len()]);
+            }
+        }
+    }
+}
+
 fn boot_barrier(h: &mut Hamlyn) {
     let peer = 1 - h.rank();
     h.send_boot(peer, b"x").expect("boot");
@@ -67,6 +79,7 @@ fn boot_barrier(h: &mut Hamlyn) {
 }
 
 fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
+    pin(&ep);
     let sim = ep.transport_name() == "sim";
     let me = ep.rank();
     let peer_rank = 1 - me;
@@ -78,7 +91,7 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
     let mut data = vec![0x5au8; max];
     let mut seq = 0u32;
     let mut raw = BTreeMap::new();
-    let mut raw_send_ns = 0f64;
+    let raw_send_ns: f64;
     for &size in &sizes {
         let l = measure(sim, size, |n| {
             for _ in 0..n {
@@ -103,14 +116,28 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
             emit("VMMC DU+flag", size, l);
         }
     }
-    // The time of the DU call alone for a 64 B packet (a 16 B message and its header).
+    // The time of the DU call of a 64 B packet (a 16 B message and its header) in the same
+    // ping-pong pattern as the tagged remote write's breakdown below.
     {
-        let n = 2000u64;
-        let t0 = now_ns();
+        let n = if sim { 200u64 } else { 5000 };
+        let mut ns = 0u64;
         for _ in 0..n {
-            proxy.send(max, &[0u8; 64][..]).expect("du");
+            seq = seq.wrapping_add(1);
+            let wait = |seq: u32| {
+                buf.wait_u32(60, |v| v == seq, || Ok(())).expect("wait");
+            };
+            data[60..64].copy_from_slice(&seq.to_ne_bytes());
+            if me == 0 {
+                let t0 = now_ns();
+                proxy.send(0, &data[..64]).expect("du");
+                ns += now_ns() - t0;
+                wait(seq);
+            } else {
+                wait(seq);
+                proxy.send(0, &data[..64]).expect("du");
+            }
         }
-        raw_send_ns = raw_send_ns.max((now_ns() - t0) as f64 / n as f64);
+        raw_send_ns = ns as f64 / n as f64;
     }
     let cfg = Config::default();
     let packet = cfg.packet_size;
@@ -274,6 +301,7 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
 }
 
 fn nx_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
+    pin(&ep);
     let sim = ep.transport_name() == "sim";
     let nx = nx::Nx::new(ep).map_err(|e| vmmc::Error::Protocol(e.to_string()))?;
     let me = nx.mynode();
@@ -326,9 +354,10 @@ fn main() {
                     .expect("--max-size BYTES")
             }
             "--job" => job = args.next(),
+            "--pin" => std::env::set_var("HAMLYN_BENCH_PIN", "1"),
             "--out" => out = args.next().map(PathBuf::from).expect("--out DIR"),
             "-h" | "--help" => {
-                println!("bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--out DIR]");
+                println!("bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--pin] [--out DIR]");
                 return;
             }
             other => {
