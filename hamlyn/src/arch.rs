@@ -1084,8 +1084,13 @@ impl Hamlyn {
     fn give_credit(&mut self, from: usize) -> Result<()> {
         if self.inc[from].credit.is_none() {
             let owner = self.ep.proc_of(from)?;
-            let p = self.ep.import(owner, CREDIT_BUF_BASE + self.me)?;
-            self.inc[from].credit = Some(p);
+            match self.ep.import(owner, CREDIT_BUF_BASE + self.me) {
+                Ok(p) => self.inc[from].credit = Some(p),
+                // A sender that died takes no credit: nothing to report here (what it sent
+                // is still delivered).
+                Err(vmmc::Error::PeerLost(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
         }
         let i = &mut self.inc[from];
         i.credited = i.consumed;

@@ -745,7 +745,7 @@ pub fn wakeup(h: &mut Hamlyn) -> Result<()> {
         for i in 0..N {
             let e = h.h_recv_block(LONG)?;
             assert_eq!(e.slot, slot);
-            assert_eq!(h.area(slot)?[0], i as u8);
+            assert_eq!(h.area(slot)?[4 * i], i as u8);
         }
         let st = h.stats();
         assert!(st.sleeps > 0, "{st:?}");
@@ -761,7 +761,7 @@ pub fn wakeup(h: &mut Hamlyn) -> Result<()> {
         for i in 0..N {
             // Pacing, not synchronisation: let the receiver fall asleep.
             std::thread::sleep(Duration::from_millis(30));
-            h.h_send_msg(&t, 0, &[i as u8; 4], &[], SendOpts::default())?;
+            h.h_send_msg(&t, 4 * i as u64, &[i as u8; 4], &[], SendOpts::default())?;
         }
         let sent = h.stats().wakeups_sent;
         assert!(
