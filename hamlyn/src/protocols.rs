@@ -500,6 +500,7 @@ pub struct StreamSender {
     released_pos: u64,
     pending: Vec<u8>,
     coalesce: usize,
+    closed: bool,
 }
 
 impl StreamSender {
@@ -526,6 +527,7 @@ impl StreamSender {
             released_pos: 0,
             pending: Vec::new(),
             coalesce: h.config().packet_size.min(16 << 10),
+            closed: false,
         };
         let ct = h.fast_ticket(credit_slot)?;
         s.message(h, &[], ST_HELLO, Some(&ct))?;
@@ -631,8 +633,9 @@ impl StreamSender {
             let p = std::mem::take(&mut self.pending);
             let r = self.message(h, &p, 0, None);
             self.pending = p;
-            self.pending.clear();
+            // Out of tickets without blocking: the data stays posted for the next flush.
             r?;
+            self.pending.clear();
         }
         h.drain_queue()
     }
@@ -640,12 +643,16 @@ impl StreamSender {
     /// A graceful close by the sender (§6.4): flushes, then tells the receiver the stream
     /// ends (its `receive_block` then returns [`Error::Closed`] after the last record). The
     /// data is in the receiver's memory once sent: the sender may go away at once.
-    pub fn close(mut self, h: &mut Hamlyn) -> Result<()> {
+    /// Without blocking it may return `WouldBlock`: call it again after progress.
+    pub fn close(&mut self, h: &mut Hamlyn) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         self.flush(h)?;
         self.message(h, &[], ST_CLOSE, None)?;
-        h.drain_queue()?;
+        self.closed = true;
         let _ = h.destroy_slot(self.credit_slot);
-        Ok(())
+        h.drain_queue()
     }
 
     /// Records sent (the hello included).

@@ -99,3 +99,13 @@ fn blocking_wakeup() {
         common::wakeup,
     );
 }
+
+#[test]
+fn stream_out_of_tickets() {
+    job(
+        "stream_out_of_tickets",
+        2,
+        common::non_blocking_config,
+        common::stream_out_of_tickets,
+    );
+}

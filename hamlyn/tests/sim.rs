@@ -83,3 +83,12 @@ fn terminus_back_pressure() {
         common::terminus_back_pressure(h, &stop)
     }));
 }
+
+#[test]
+fn stream_out_of_tickets() {
+    all_ok(on_sim(
+        2,
+        common::non_blocking_config(),
+        common::stream_out_of_tickets,
+    ));
+}

@@ -771,3 +771,64 @@ pub fn wakeup(h: &mut Hamlyn) -> Result<()> {
     }
     barrier(h)
 }
+
+/// Stream flow control (§2.8, §3.3): a sender that runs out of tickets (metadata entries the
+/// receiver has not released) is held back (`WouldBlock` without blocking), keeps its data,
+/// and goes on once the receiver releases; every record arrives once, in order.
+pub fn stream_out_of_tickets(h: &mut Hamlyn) -> Result<()> {
+    assert!(!h.config().block);
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::new(h, 1 << 16, 4)?;
+        h.send_boot(1, &rx.make_seed(h)?.to_bytes())?;
+        assert_eq!(h.recv_boot(1)?, b"full");
+        for i in 0..5u8 {
+            let r = rx.receive_block(h, LONG)?;
+            assert_eq!(rx.data(h, &r)?, &[i; 100][..], "record {i}");
+            rx.release(h, &r)?;
+        }
+        assert!(matches!(rx.receive_block(h, LONG), Err(Error::Closed)));
+    } else if h.rank() == 1 {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        // The hello and three records take the four tickets.
+        for i in 0..3u8 {
+            tx.send(h, &[i; 100])?;
+            tx.flush(h)?;
+        }
+        tx.send(h, &[3; 100])?;
+        let e = tx.flush(h).unwrap_err();
+        assert!(matches!(e, Error::WouldBlock(_)), "{e}");
+        send_boot(h, 0, b"full")?;
+        let mut w = hamlyn::wait::Waiter::new();
+        let retry = |h: &mut Hamlyn, tx: &mut StreamSender, w: &mut hamlyn::wait::Waiter| loop {
+            match tx.flush(h) {
+                Err(Error::WouldBlock(_)) => {
+                    h.poll_links().expect("poll");
+                    w.relax();
+                }
+                r => return r,
+            }
+        };
+        retry(h, &mut tx, &mut w)?;
+        tx.send(h, &[4; 100])?;
+        retry(h, &mut tx, &mut w)?;
+        loop {
+            match tx.close(h) {
+                Ok(()) => break,
+                Err(Error::WouldBlock(_)) => {
+                    h.poll_links()?;
+                    w.relax();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    barrier(h)
+}
+
+pub fn non_blocking_config() -> Config {
+    Config {
+        block: false,
+        ..Config::default()
+    }
+}
