@@ -475,7 +475,7 @@ impl Hamlyn {
             .slots
             .get_mut(s as usize)
             .and_then(Option::take)
-            .ok_or_else(|| Error::NoSuch("slot"))?;
+            .ok_or(Error::NoSuch("slot"))?;
         self.revoked.insert(sl.key);
         self.revoked
             .extend(sl.meta.iter().map(|e| e.key).filter(|&k| k != 0));
@@ -486,13 +486,13 @@ impl Hamlyn {
         self.slots
             .get(s as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::NoSuch("slot"))
+            .ok_or(Error::NoSuch("slot"))
     }
     fn slot_mut(&mut self, s: SlotId) -> Result<&mut Slot> {
         self.slots
             .get_mut(s as usize)
             .and_then(Option::as_mut)
-            .ok_or_else(|| Error::NoSuch("slot"))
+            .ok_or(Error::NoSuch("slot"))
     }
 
     /// The slot's message area.
@@ -516,13 +516,13 @@ impl Hamlyn {
         self.slot(s)?
             .meta
             .get(i as usize)
-            .ok_or_else(|| Error::NoSuch("metadata entry"))
+            .ok_or(Error::NoSuch("metadata entry"))
     }
     fn meta_mut(&mut self, s: SlotId, i: u32) -> Result<&mut MetaEntry> {
         self.slot_mut(s)?
             .meta
             .get_mut(i as usize)
-            .ok_or_else(|| Error::NoSuch("metadata entry"))
+            .ok_or(Error::NoSuch("metadata entry"))
     }
 
     /// Paranoid modes: sets entry `i`'s secondary bounds `[lo, hi)` and draws it a new key
@@ -635,7 +635,7 @@ impl Hamlyn {
         *self
             .send_buffers
             .get_mut(tag)
-            .ok_or_else(|| Error::NoSuch("send buffer tag"))? = Some(buf);
+            .ok_or(Error::NoSuch("send buffer tag"))? = Some(buf);
         Ok(())
     }
 
@@ -723,7 +723,7 @@ impl Hamlyn {
                 .send_buffers
                 .get(g.tag)
                 .and_then(Option::as_ref)
-                .ok_or_else(|| Error::NoSuch("send buffer tag"))?;
+                .ok_or(Error::NoSuch("send buffer tag"))?;
             if g.offset.checked_add(g.len).is_none_or(|end| end > b.len()) {
                 return Err(Error::InvalidArgument(
                     "gather element outside its send buffer area",
@@ -1365,7 +1365,7 @@ impl Hamlyn {
         if let Some(e) = self
             .classes
             .get_mut(class as usize)
-            .ok_or_else(|| Error::NoSuch("receive class"))?
+            .ok_or(Error::NoSuch("receive class"))?
             .pop_front()
         {
             return Ok(Some(e));
