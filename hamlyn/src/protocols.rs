@@ -279,6 +279,8 @@ pub fn tagged_write(h: &mut Hamlyn, t: &Ticket, offset: u64, data: &[u8], tag: u
 pub struct Record {
     /// Position in the stream (1 is the first record).
     pub id: u64,
+    /// The receiver's slot that holds it (the buffer grows by new slots).
+    pub slot: SlotId,
     /// Offset of the data in the receiver's buffer.
     pub offset: usize,
     /// Bytes.
@@ -287,6 +289,8 @@ pub struct Record {
 
 const ST_HELLO: u32 = 1;
 const ST_CLOSE: u32 = 2;
+/// A credit word with this bit announces a new, larger buffer (its ticket is the data).
+const GROW: u32 = 0x8000_0000;
 
 /// Stream protocol (§3.3), receiving end: one-way, one-to-one, in order. `receive` returns a
 /// record in place, `release` frees every record up to one and returns the tickets to the
@@ -306,6 +310,11 @@ pub struct StreamReceiver {
     handed: VecDeque<(u64, u64)>,
     closed: bool,
     buf_len: usize,
+    /// The buffer may grow up to this many bytes.
+    max_len: usize,
+    /// A new buffer announced to the sender, until its first record arrives.
+    grow_pending: Option<SlotId>,
+    grows: u32,
 }
 
 impl StreamReceiver {
@@ -335,7 +344,56 @@ impl StreamReceiver {
             handed: VecDeque::new(),
             closed: false,
             buf_len,
+            max_len: buf_len,
+            grow_pending: None,
+            grows: 0,
         })
+    }
+
+    /// A receiver whose buffer starts at `buf_len` bytes and grows (§3.3: "it automatically
+    /// allocates more buffers if needed"), doubling up to `max_len`, when the application
+    /// holds more than half of it in unreleased records: a new slot, whose ticket goes to
+    /// the sender, which places its next records there. Records already received stay where
+    /// they are until released.
+    pub fn growing(
+        h: &mut Hamlyn,
+        buf_len: usize,
+        max_len: usize,
+        entries: u32,
+    ) -> Result<StreamReceiver> {
+        let mut r = StreamReceiver::new(h, buf_len, entries)?;
+        r.max_len = max_len.max(buf_len);
+        Ok(r)
+    }
+
+    /// How many times the buffer grew.
+    pub fn grows(&self) -> u32 {
+        self.grows
+    }
+
+    fn maybe_grow(&mut self, h: &mut Hamlyn) -> Result<()> {
+        let held: u64 = self.handed.iter().map(|&(_, len)| len).sum();
+        if self.grow_pending.is_some()
+            || held <= self.buf_len as u64 / 2
+            || self.buf_len * 2 > self.max_len
+        {
+            return Ok(());
+        }
+        let Some(credit) = self.credit else {
+            return Ok(());
+        };
+        let len = self.buf_len * 2;
+        let slot = h.create_slot(len, self.entries as usize, Mode::Normal)?;
+        for i in 0..self.entries {
+            h.set_class(slot, i, self.class)?;
+        }
+        let t = h.range_ticket(slot, 0, self.entries)?;
+        h.h_send_fast(&credit, 0, &t.to_bytes(), GROW)?;
+        self.slot = slot;
+        self.buf_len = len;
+        self.grow_pending = Some(slot);
+        self.grows += 1;
+        Ok(())
     }
 
     /// `make_seed`: the seed that creates the matching [`StreamSender`] remotely.
@@ -355,7 +413,10 @@ impl StreamReceiver {
     /// Records the arrival of a message: reads its metadata (sequence, offset, length, and in
     /// the hello message the sender's credit ticket).
     pub fn process_arrival(&mut self, h: &mut Hamlyn, e: &NqEntry) -> Result<()> {
-        let md = h.meta(self.slot, e.meta_index)?.metadata().to_vec();
+        let md = h.meta(e.slot, e.meta_index)?.metadata().to_vec();
+        if self.grow_pending == Some(e.slot) {
+            self.grow_pending = None;
+        }
         if md.len() < 16 {
             return Err(Error::Protocol(
                 "stream message without its metadata".into(),
@@ -378,6 +439,7 @@ impl StreamReceiver {
             (
                 Record {
                     id: seq,
+                    slot: e.slot,
                     offset: off,
                     len,
                 },
@@ -403,6 +465,7 @@ impl StreamReceiver {
                     continue;
                 }
                 self.handed.push_back((r.id, r.len as u64));
+                self.maybe_grow(h)?;
                 return Ok(Some(r));
             }
             if self.closed() {
@@ -433,7 +496,7 @@ impl StreamReceiver {
 
     /// The bytes of a record, in place in the receiver's buffer.
     pub fn data<'a>(&self, h: &'a Hamlyn, r: &Record) -> Result<&'a [u8]> {
-        h.area(self.slot)?
+        h.area(r.slot)?
             .get(r.offset..r.offset + r.len)
             .ok_or_else(|| Error::Protocol("record outside the stream buffer".into()))
     }
@@ -473,7 +536,7 @@ impl StreamReceiver {
         let t = self
             .credit
             .ok_or_else(|| Error::Protocol("release before the sender's hello".into()))?;
-        match h.h_send_fast(&t, 0, &[], self.released as u32) {
+        match h.h_send_fast(&t, 0, &[], self.released as u32 & !GROW) {
             // A sender that is gone takes no tickets back; `receive` reports it.
             Err(Error::PeerLost(_)) => Ok(()),
             r => r,
@@ -541,8 +604,20 @@ impl StreamSender {
 
     fn take_credit(&mut self, h: &mut Hamlyn) -> Result<()> {
         while let Some(e) = h.poll_class(self.credit_class)? {
-            // Released counts travel as 32 bits.
-            let r = self.released + (e.word as u64).wrapping_sub(self.released) % (1 << 32);
+            if e.word & GROW != 0 {
+                // A larger buffer: the next records go there; the old one's space no longer
+                // limits us (its records hold tickets until released).
+                let t = Ticket::from_bytes(&h.area(self.credit_slot)?[..TICKET_LEN])?;
+                self.t = t;
+                self.buf_len = t.len();
+                self.wpos = 0;
+                self.released_pos = 0;
+                self.inflight.iter_mut().for_each(|end| *end = 0);
+                continue;
+            }
+            // Released counts travel as 31 bits.
+            let word = (e.word & !GROW) as u64;
+            let r = self.released + (word.wrapping_sub(self.released) & 0x7fff_ffff);
             while self.released < r {
                 if let Some(end) = self.inflight.pop_front() {
                     self.released_pos = end;
@@ -561,21 +636,22 @@ impl StreamSender {
         reply: Option<&Ticket>,
     ) -> Result<()> {
         let len = data.len() as u64;
-        // Place it contiguously in the receiver's buffer: skip the tail if it does not fit.
-        let at = self.wpos % self.buf_len;
-        let skip = if at + len > self.buf_len {
-            self.buf_len - at
-        } else {
-            0
-        };
-        let need_end = self.wpos + skip + len;
         let mut w = Waiter::new();
-        loop {
+        let (skip, need_end) = loop {
             self.take_credit(h)?;
+            // Place it contiguously in the receiver's buffer: skip the tail if it does not
+            // fit (computed after the credit, which may have brought a new buffer).
+            let at = self.wpos % self.buf_len;
+            let skip = if at + len > self.buf_len {
+                self.buf_len - at
+            } else {
+                0
+            };
+            let need_end = self.wpos + skip + len;
             let tickets_ok = self.seq - self.released < self.entries as u64;
             let space_ok = need_end - self.released_pos <= self.buf_len;
             if tickets_ok && space_ok {
-                break;
+                break (skip, need_end);
             }
             if !h.config().block {
                 return Err(Error::WouldBlock("stream sender out of tickets"));
@@ -586,7 +662,7 @@ impl StreamSender {
                 return Err(Error::PeerLost(format!("rank {}", self.dest)));
             }
             w.relax();
-        }
+        };
         let off = (self.wpos + skip) % self.buf_len;
         let mut md = [0u8; 16 + TICKET_LEN];
         md[0..4].copy_from_slice(&(self.seq as u32).to_le_bytes());

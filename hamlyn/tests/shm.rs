@@ -109,3 +109,8 @@ fn stream_out_of_tickets() {
         common::stream_out_of_tickets,
     );
 }
+
+#[test]
+fn stream_grows() {
+    job("stream_grows", 2, Config::default, common::stream_grows);
+}

@@ -92,3 +92,8 @@ fn stream_out_of_tickets() {
         common::stream_out_of_tickets,
     ));
 }
+
+#[test]
+fn stream_grows() {
+    all_ok(on_sim(2, Config::default(), common::stream_grows));
+}
