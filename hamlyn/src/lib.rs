@@ -25,7 +25,13 @@
 //! `h_recv_block` ([`Hamlyn::h_send_msg`], [`Hamlyn::h_recv`], [`Hamlyn::h_recv_block`]),
 //! location-independent [`Ticket`]s, the manager ([`Hamlyn`], one per send terminus),
 //! receive classes and `process_arrival`, seeds ([`protocols::Seed`]) and the three protocols:
-//! simple datagram, stream and tagged remote write.
+//! simple datagram ([`protocols::DatagramReceiver`]), stream ([`protocols::StreamReceiver`]:
+//! in order, records in place, tickets returned in batches, a buffer that grows as needed;
+//! [`protocols::StreamSender`]: coalescing, flush, blocking or `WouldBlock` without tickets)
+//! and tagged remote write ([`protocols::TaggedReceiver`], `get_tag` / `get_specific_tag`).
+//!
+//! Waiting (a full link or work queue, no tickets, `h_recv_block`) goes through one small
+//! module, [`wait`], to be switched to the core's waiting policy when there is one.
 //!
 //! Where the protection checks happen, and what holds on a transport that maps receive memory
 //! into the sender (shm), is stated in [`arch`]'s documentation.
