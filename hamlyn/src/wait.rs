@@ -2,9 +2,9 @@
 //! tickets, `h_recv_block`) turns the loop through [`Waiter`], so that the waiting policy can
 //! be swapped for the core's (issue 19) in one place.
 //!
-//! Policy: spin briefly (a message on shm takes well under a microsecond), then yield, then
-//! sleep in short slices that grow to [`MAX_NAP`] (a blocking wake-up costs 25-30 µs on these
-//! machines, DESIGN.md). On a paced transport (the simulator) every turn is
+//! Policy: spin briefly (a message on shm takes well under a microsecond), then yield for
+//! 200 µs, then sleep in short slices that grow to [`MAX_NAP`] (a blocking wake-up costs
+//! 25-30 µs on these machines, DESIGN.md). On a paced transport (the simulator) every turn is
 //! [`vmmc::pace::relax`], which lets virtual time advance to the next event. A waiter never
 //! spins forever: callers check a deadline and their peers' liveness through
 //! [`Waiter::due`].
@@ -12,7 +12,9 @@
 use std::time::{Duration, Instant};
 
 const SPINS: u32 = 2000;
-const YIELDS: u32 = 2000;
+/// How long a waiter yields its core before it naps (bounded in time, not in turns: on a
+/// loaded machine one yield can take a whole time slice).
+const YIELD_FOR: Duration = Duration::from_micros(200);
 /// The longest nap between two looks (bounds a lost wake-up, see `Hamlyn::h_recv_block`).
 pub const MAX_NAP: Duration = Duration::from_millis(1);
 
@@ -22,7 +24,11 @@ pub struct Waiter {
     paced: bool,
     spins: u32,
     nap: Duration,
-    last_check: Instant,
+    /// When the yielding phase began (read lazily: a short wait never reads the clock).
+    yield_since: Option<Instant>,
+    napping: bool,
+    /// When the slow checks last ran (read lazily too).
+    last_check: Option<Instant>,
 }
 
 impl Default for Waiter {
@@ -39,13 +45,16 @@ impl Waiter {
             paced: vmmc::pace::is_paced(),
             spins: 0,
             nap: Duration::from_micros(20),
-            last_check: Instant::now(),
+            yield_since: None,
+            napping: false,
+            last_check: None,
         }
     }
 
-    /// Whether this loop has left its spinning phase (the caller may now ask for a wake-up).
+    /// Whether this loop has left its spinning and yielding phases (the caller may now ask
+    /// for a wake-up).
     pub fn sleepy(&self) -> bool {
-        !self.paced && self.turns > SPINS + YIELDS
+        self.napping
     }
 
     /// One turn whose condition was false.
@@ -55,7 +64,11 @@ impl Waiter {
             vmmc::pace::relax(&mut self.spins);
         } else if self.turns <= SPINS {
             std::hint::spin_loop();
-        } else if self.turns <= SPINS + YIELDS {
+        } else if !self.napping {
+            let since = *self.yield_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > YIELD_FOR {
+                self.napping = true;
+            }
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.nap);
@@ -64,15 +77,21 @@ impl Waiter {
     }
 
     /// Whether it is time for the slow checks (peer alive, deadline): on every turn under a
-    /// pacer, else every 256 turns or every millisecond.
+    /// pacer or once napping, else every 256 turns or when a millisecond has passed.
     pub fn due(&mut self) -> bool {
-        if self.paced || self.turns.is_multiple_of(256) || self.turns > SPINS + YIELDS {
+        if self.paced || self.napping || self.turns.is_multiple_of(256) {
             return true;
         }
         // Reading the clock costs as much as a turn: look at it every 64 turns only.
-        if self.turns.is_multiple_of(64) && self.last_check.elapsed() > Duration::from_millis(1) {
-            self.last_check = Instant::now();
-            return true;
+        if self.turns.is_multiple_of(64) {
+            let now = Instant::now();
+            match self.last_check {
+                Some(t) if now.duration_since(t) <= Duration::from_millis(1) => {}
+                _ => {
+                    self.last_check = Some(now);
+                    return true;
+                }
+            }
         }
         false
     }
