@@ -1,0 +1,539 @@
+//! Hamlyn (seed 002) one-way latency, 4 B to 1 MiB, in one run: raw sends (`h_send_msg` +
+//! `h_recv`), tagged remote write (fast mode, up to one packet), datagram and stream, beside
+//! a raw VMMC deliberate update whose last word is the flag, and NX on the same transport.
+//! Ping-pong between two processes (or two simulated nodes); one-way = round trip / 2. The
+//! Hamlyn and NX jobs alternate for several rounds; every point is the median over rounds of
+//! each round's median of 5 repetitions. Prints the table, the ratios the issue targets,
+//! and a breakdown of a 16 B message in the layout of seed 002's Table 4 (with the seed's
+//! 12.7 / 14.1 µs beside it as a reference from a different machine).
+//!
+//! `bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--pin] [--out DIR]`
+//! (it starts `vmmc-run -n 2` itself: build `vmmc-run` in the same profile).
+
+#![forbid(unsafe_code)]
+
+use hamlyn::protocols::{
+    send_datagram, tagged_write, DatagramReceiver, Seed, StreamReceiver, StreamSender,
+    TaggedReceiver,
+};
+use hamlyn::{Config, Hamlyn, Mode, SendOpts, Ticket};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use vmmc::pace::now_ns;
+use vmmc::{Endpoint, ExportOptions, MemKind};
+use vmmc_benches::stats::{median, sizes_up_to};
+
+const RAW_BUF: u32 = 0x4850_0000;
+const REPS: usize = 5;
+
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .expect("current exe")
+        .with_file_name(name)
+}
+
+fn iters(size: usize, sim: bool) -> u64 {
+    let n = ((4 << 20) / (size + 512)).clamp(20, 5000) as u64;
+    if sim {
+        (n / 20).max(5)
+    } else {
+        n
+    }
+}
+
+/// One line of a job's output: a one-way latency or a breakdown figure.
+fn emit(series: &str, size: usize, us: f64) {
+    println!("{{\"series\":\"{series}\",\"size\":{size},\"us\":{us}}}");
+}
+
+fn measure(sim: bool, size: usize, mut rt: impl FnMut(u64)) -> f64 {
+    let n = iters(size, sim);
+    rt(n.min(20));
+    let mut v: Vec<f64> = (0..REPS)
+        .map(|_| {
+            let t0 = now_ns();
+            rt(n);
+            (now_ns() - t0) as f64 / 1000.0 / n as f64 / 2.0
+        })
+        .collect();
+    median(&mut v)
+}
+
+/// With `--pin` (on shm), one core per rank: steadier on an idle machine, worse on a loaded
+/// one (a pinned spinner cannot move away from a busy core).
+fn pin(ep: &Endpoint) {
+    if ep.transport_name() != "sim" && std::env::var_os("HAMLYN_BENCH_PIN").is_some() {
+        if let Some(cores) = core_affinity::get_core_ids() {
+            if !cores.is_empty() {
+                let _ = core_affinity::set_for_current(cores[ep.rank() % cores.len()]);
+            }
+        }
+    }
+}
+
+fn boot_barrier(h: &mut Hamlyn) {
+    let peer = 1 - h.rank();
+    h.send_boot(peer, b"x").expect("boot");
+    h.recv_boot(peer).expect("boot");
+}
+
+fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
+    pin(&ep);
+    let sim = ep.transport_name() == "sim";
+    let me = ep.rank();
+    let peer_rank = 1 - me;
+    let sizes = sizes_up_to(max);
+    // --- raw VMMC: one deliberate update whose last word is the flag.
+    let buf = ep.alloc(max + 64, MemKind::Shared)?;
+    ep.export(RAW_BUF, &buf, ExportOptions::new())?;
+    let proxy = ep.import(ep.proc_of(peer_rank)?, RAW_BUF)?;
+    let mut data = vec![0x5au8; max];
+    let mut seq = 0u32;
+    let mut raw = BTreeMap::new();
+    let raw_send_ns: f64;
+    for &size in &sizes {
+        let l = measure(sim, size, |n| {
+            for _ in 0..n {
+                seq = seq.wrapping_add(1);
+                let flag = size - 4;
+                let wait = |seq: u32| {
+                    buf.wait_u32(flag, |v| v == seq, || Ok(())).expect("wait");
+                };
+                if me == 0 {
+                    data[flag..size].copy_from_slice(&seq.to_ne_bytes());
+                    proxy.send(0, &data[..size]).expect("du");
+                    wait(seq);
+                } else {
+                    wait(seq);
+                    data[flag..size].copy_from_slice(&seq.to_ne_bytes());
+                    proxy.send(0, &data[..size]).expect("du");
+                }
+            }
+        });
+        raw.insert(size, l);
+        if me == 0 {
+            emit("VMMC DU+flag", size, l);
+        }
+    }
+    // The time of the DU call of a 64 B packet (a 16 B message and its header) in the same
+    // ping-pong pattern as the tagged remote write's breakdown below.
+    let raw64_oneway: f64;
+    {
+        let n = if sim { 200u64 } else { 5000 };
+        let mut ns = 0u64;
+        let t_all = now_ns();
+        for _ in 0..n {
+            seq = seq.wrapping_add(1);
+            let wait = |seq: u32| {
+                buf.wait_u32(60, |v| v == seq, || Ok(())).expect("wait");
+            };
+            data[60..64].copy_from_slice(&seq.to_ne_bytes());
+            if me == 0 {
+                let t0 = now_ns();
+                proxy.send(0, &data[..64]).expect("du");
+                ns += now_ns() - t0;
+                wait(seq);
+            } else {
+                wait(seq);
+                proxy.send(0, &data[..64]).expect("du");
+            }
+        }
+        raw_send_ns = ns as f64 / n as f64;
+        raw64_oneway = (now_ns() - t_all) as f64 / 1000.0 / n as f64 / 2.0;
+    }
+    let cfg = Config::default();
+    let packet = cfg.packet_size;
+    let mut h = Hamlyn::new(ep.clone(), cfg).map_err(to_vmmc)?;
+    // --- raw Hamlyn sends: h_send_msg into a normal slot, h_recv_block.
+    let slot = h.create_slot(max, 1, Mode::Normal).map_err(to_vmmc)?;
+    let t = h.ticket(slot, 0, 0, max as u64).map_err(to_vmmc)?;
+    h.send_boot(peer_rank as u32, &t.to_bytes())
+        .map_err(to_vmmc)?;
+    let pt =
+        Ticket::from_bytes(&h.recv_boot(peer_rank as u32).map_err(to_vmmc)?).map_err(to_vmmc)?;
+    for &size in &sizes {
+        let l = measure(sim, size, |n| {
+            for _ in 0..n {
+                if me == 0 {
+                    h.h_send_msg(&pt, 0, &data[..size], &[], SendOpts::default())
+                        .expect("send");
+                    h.h_recv_block(None).expect("recv");
+                } else {
+                    h.h_recv_block(None).expect("recv");
+                    h.h_send_msg(&pt, 0, &data[..size], &[], SendOpts::default())
+                        .expect("send");
+                }
+            }
+        });
+        if me == 0 {
+            emit("Hamlyn raw send", size, l);
+        }
+    }
+    boot_barrier(&mut h);
+    // --- tagged remote write (one packet).
+    let mut trx = TaggedReceiver::new(&mut h, max.max(packet)).map_err(to_vmmc)?;
+    let tt = trx.ticket(&h).map_err(to_vmmc)?;
+    h.send_boot(peer_rank as u32, &tt.to_bytes())
+        .map_err(to_vmmc)?;
+    let ptt =
+        Ticket::from_bytes(&h.recv_boot(peer_rank as u32).map_err(to_vmmc)?).map_err(to_vmmc)?;
+    let mut tag = 0u32;
+    for &size in sizes.iter().filter(|&&s| s <= packet) {
+        let l = measure(sim, size, |n| {
+            for _ in 0..n {
+                tag = tag.wrapping_add(1);
+                if me == 0 {
+                    tagged_write(&mut h, &ptt, 0, &data[..size], tag).expect("trw");
+                    trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                } else {
+                    trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                    tagged_write(&mut h, &ptt, 0, &data[..size], tag).expect("trw");
+                }
+            }
+        });
+        if me == 0 {
+            emit("Hamlyn tagged remote write", size, l);
+        }
+    }
+    // Breakdown of 16 B: the sending library's time per call (tagged_write minus its DU).
+    {
+        let n = if sim { 200u64 } else { 5000 };
+        let mut send_ns = 0u64;
+        let t_all = now_ns();
+        for _ in 0..n {
+            tag = tag.wrapping_add(1);
+            if me == 0 {
+                let t0 = now_ns();
+                tagged_write(&mut h, &ptt, 0, &data[..16], tag).expect("trw");
+                send_ns += now_ns() - t0;
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+            } else {
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                tagged_write(&mut h, &ptt, 0, &data[..16], tag).expect("trw");
+            }
+        }
+        // Both one-way times of the breakdown come from these two timed loops of the same
+        // pattern (the series' points are separate runs).
+        let trw16 = (now_ns() - t_all) as f64 / 1000.0 / n as f64 / 2.0;
+        if me == 0 {
+            let du64 = raw64_oneway;
+            let lib_send = (send_ns as f64 / n as f64 - raw_send_ns).max(0.0) / 1000.0;
+            emit(
+                "breakdown: VMMC DU of 64 B (16 B + header), one way",
+                64,
+                du64,
+            );
+            emit("breakdown: sending library", 16, lib_send);
+            emit(
+                "breakdown: receiving side (checks, placement, queue, get_tag)",
+                16,
+                trw16 - du64 - lib_send,
+            );
+            emit(
+                "breakdown: raw VMMC DU+flag 16 B total",
+                16,
+                raw.get(&16).copied().unwrap_or(f64::NAN),
+            );
+            emit("breakdown: tagged remote write 16 B total", 16, trw16);
+        }
+    }
+    boot_barrier(&mut h);
+    // --- datagram.
+    let mut drx = DatagramReceiver::new(&mut h, max, Mode::Normal).map_err(to_vmmc)?;
+    let dt = drx.ticket(&h).map_err(to_vmmc)?;
+    h.send_boot(peer_rank as u32, &dt.to_bytes())
+        .map_err(to_vmmc)?;
+    let pdt =
+        Ticket::from_bytes(&h.recv_boot(peer_rank as u32).map_err(to_vmmc)?).map_err(to_vmmc)?;
+    for &size in &sizes {
+        let l = measure(sim, size, |n| {
+            for _ in 0..n {
+                if me == 0 {
+                    send_datagram(&mut h, &pdt, &data[..size], None).expect("dg");
+                    drx.receive_block(&mut h, None).expect("dg");
+                } else {
+                    drx.receive_block(&mut h, None).expect("dg");
+                    send_datagram(&mut h, &pdt, &data[..size], None).expect("dg");
+                }
+            }
+        });
+        if me == 0 {
+            emit("Hamlyn datagram", size, l);
+        }
+    }
+    boot_barrier(&mut h);
+    // --- stream: one each way.
+    let mut srx = StreamReceiver::new(&mut h, (4 * max).max(1 << 20), 16).map_err(to_vmmc)?;
+    let seed = srx.make_seed(&h).map_err(to_vmmc)?;
+    h.send_boot(peer_rank as u32, &seed.to_bytes())
+        .map_err(to_vmmc)?;
+    let pseed =
+        Seed::from_bytes(&h.recv_boot(peer_rank as u32).map_err(to_vmmc)?).map_err(to_vmmc)?;
+    let mut stx = StreamSender::from_seed(&mut h, &pseed).map_err(to_vmmc)?;
+    for &size in &sizes {
+        let l = measure(sim, size, |n| {
+            let recv_all = |h: &mut Hamlyn, srx: &mut StreamReceiver| {
+                let mut got = 0;
+                while got < size {
+                    let r = srx.receive_block(h, None).expect("stream");
+                    got += r.len;
+                    srx.release(h, &r).expect("release");
+                }
+            };
+            for _ in 0..n {
+                if me == 0 {
+                    stx.send(&mut h, &data[..size]).expect("send");
+                    stx.flush(&mut h).expect("flush");
+                    recv_all(&mut h, &mut srx);
+                } else {
+                    recv_all(&mut h, &mut srx);
+                    stx.send(&mut h, &data[..size]).expect("send");
+                    stx.flush(&mut h).expect("flush");
+                }
+            }
+        });
+        if me == 0 {
+            emit("Hamlyn stream", size, l);
+        }
+    }
+    boot_barrier(&mut h);
+    h.flush().map_err(to_vmmc)?;
+    boot_barrier(&mut h);
+    Ok(())
+}
+
+fn nx_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
+    pin(&ep);
+    let sim = ep.transport_name() == "sim";
+    let nx = nx::Nx::new(ep).map_err(|e| vmmc::Error::Protocol(e.to_string()))?;
+    let me = nx.mynode();
+    let mut buf = vec![0x5au8; max];
+    for size in sizes_up_to(max) {
+        let l = measure(sim, size, |n| {
+            for _ in 0..n {
+                if me == 0 {
+                    nx.csend(1, &buf[..size], 1, 0).expect("csend");
+                    nx.crecv(1, &mut buf[..size]).expect("crecv");
+                } else {
+                    nx.crecv(1, &mut buf[..size]).expect("crecv");
+                    nx.csend(1, &buf[..size], 0, 0).expect("csend");
+                }
+            }
+        });
+        if me == 0 {
+            emit("NX csend/crecv", size, l);
+        }
+    }
+    nx.gsync()
+        .map_err(|e| vmmc::Error::Protocol(e.to_string()))?;
+    Ok(())
+}
+
+fn to_vmmc(e: hamlyn::Error) -> vmmc::Error {
+    vmmc::Error::Protocol(e.to_string())
+}
+
+fn main() {
+    let mut transport = "shm".to_string();
+    let mut rounds = 3usize;
+    let mut max = 1usize << 20;
+    let mut job = None;
+    let mut out = PathBuf::from("bench-results");
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--transport" => transport = args.next().expect("--transport shm|sim"),
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--rounds K")
+            }
+            "--max-size" => {
+                max = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--max-size BYTES")
+            }
+            "--job" => job = args.next(),
+            "--pin" => std::env::set_var("HAMLYN_BENCH_PIN", "1"),
+            "--out" => out = args.next().map(PathBuf::from).expect("--out DIR"),
+            "-h" | "--help" => {
+                println!("bench-hamlyn [--transport shm|sim] [--rounds K] [--max-size BYTES] [--pin] [--out DIR]");
+                return;
+            }
+            other => {
+                eprintln!("unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    if let Some(j) = job {
+        let r = vmmc_run::run(|ep| match j.as_str() {
+            "hamlyn" => hamlyn_job(ep, max),
+            _ => nx_job(ep, max),
+        });
+        if let Err(e) = r {
+            eprintln!("bench-hamlyn job {j}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    // Driver: alternate the jobs for several rounds.
+    let mut acc: BTreeMap<String, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for round in 1..=rounds {
+        for j in ["hamlyn", "nx"] {
+            eprintln!("round {round}/{rounds}: {j} on {transport} ...");
+            let o = Command::new(sibling("vmmc-run"))
+                .args(["-n", "2", "--transport", &transport, "--"])
+                .arg(std::env::current_exe().expect("exe"))
+                .args(["--job", j, "--max-size", &max.to_string()])
+                .output()
+                .expect("run vmmc-run (build it in the same profile)");
+            if !o.status.success() {
+                eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+                std::process::exit(1);
+            }
+            for l in String::from_utf8_lossy(&o.stdout).lines() {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(l.trim()) else {
+                    continue;
+                };
+                let (Some(s), Some(size), Some(us)) =
+                    (v["series"].as_str(), v["size"].as_u64(), v["us"].as_f64())
+                else {
+                    continue;
+                };
+                if !order.iter().any(|x| x == s) {
+                    order.push(s.to_string());
+                }
+                acc.entry(s.to_string())
+                    .or_default()
+                    .entry(size as usize)
+                    .or_default()
+                    .push(us);
+            }
+        }
+    }
+    let med: BTreeMap<String, BTreeMap<usize, f64>> = acc
+        .iter()
+        .map(|(k, m)| {
+            (
+                k.clone(),
+                m.iter()
+                    .map(|(&s, v)| (s, median(&mut v.clone())))
+                    .collect(),
+            )
+        })
+        .collect();
+    let lat: Vec<&String> = order
+        .iter()
+        .filter(|s| !s.starts_with("breakdown"))
+        .collect();
+    println!(
+        "\nHamlyn on {transport}: one-way latency (us), median over {rounds} rounds of the median of {REPS} repetitions"
+    );
+    print!("{:>9}", "size");
+    for s in &lat {
+        print!(" | {:>14}", short(s));
+    }
+    println!();
+    for size in sizes_up_to(max) {
+        print!("{size:>9}");
+        for s in &lat {
+            match med[*s].get(&size) {
+                Some(v) => print!(" | {v:>14.3}"),
+                None => print!(" | {:>14}", "-"),
+            }
+        }
+        println!();
+    }
+    let get = |s: &str, size: usize| med.get(s).and_then(|m| m.get(&size)).copied();
+    println!("\nratios");
+    let mut ratios = Vec::new();
+    if let (Some(t), Some(d)) = (
+        get("Hamlyn tagged remote write", 16),
+        get("VMMC DU+flag", 16),
+    ) {
+        ratios.push((
+            "tagged remote write 16 B / VMMC DU+flag 16 B (target <= 1.5)".to_string(),
+            t / d,
+        ));
+    }
+    for s in ["Hamlyn raw send", "Hamlyn datagram", "Hamlyn stream"] {
+        for size in [4usize, 1024] {
+            if let (Some(a), Some(n)) = (get(s, size), get("NX csend/crecv", size)) {
+                ratios.push((format!("{s} / NX latency {size} B"), a / n));
+            }
+        }
+    }
+    if let (Some(a), Some(n)) = (
+        get("Hamlyn stream", 1 << 20),
+        get("NX csend/crecv", 1 << 20),
+    ) {
+        ratios.push((
+            "Hamlyn stream / NX bandwidth 1 MiB (target >= 1)".to_string(),
+            n / a,
+        ));
+    }
+    for (k, v) in &ratios {
+        println!("  {k}: {v:.3}");
+    }
+    println!("\nbreakdown of a 16 B message (seed 002 Table 4 layout), us");
+    let b = |k: &str| {
+        order
+            .iter()
+            .find(|s| s.starts_with("breakdown") && s.contains(k))
+            .and_then(|s| med[s].values().next().copied())
+            .unwrap_or(f64::NAN)
+    };
+    let du = b("VMMC DU of 64 B");
+    let send = b("sending library");
+    let recv = b("receiving side");
+    let raw_total = b("raw VMMC DU+flag 16 B total");
+    let trw_total = b("tagged remote write 16 B total");
+    println!(
+        "  {:<52} {:>10} {:>10} | seed: {:>6} {:>6}",
+        "", "raw VMMC", "TRW", "raw", "TRW"
+    );
+    println!(
+        "  {:<52} {:>10.3} {:>10.3} | DMA+LANai+switch 10.5  10.5",
+        "data movement (VMMC DU, interface's part)", raw_total, du
+    );
+    println!(
+        "  {:<52} {:>10} {:>10.3} | host I/O writes   1.4   1.4",
+        "sending library (header, ring, work queue)", "-", send
+    );
+    // Rows are differences of separately timed loops: on a loaded host one can come out
+    // negative, which says the noise is larger than the row.
+    let recv_s = if recv >= 0.0 {
+        format!("{recv:.3}")
+    } else {
+        format!("noise({recv:.1})")
+    };
+    println!(
+        "  {:<52} {:>10} {:>10} | host protocol sw  0.8   2.2",
+        "receiving side (checks, placement, queue, tag)", "-", recv_s
+    );
+    println!(
+        "  {:<52} {:>10.3} {:>10.3} | total            12.7  14.1",
+        "total", raw_total, trw_total
+    );
+    println!("  (the seed's card is a 1996 LANai on a 40 MHz I/O bus; here the interface's work is done by the host CPUs)");
+    std::fs::create_dir_all(&out).expect("create the output directory");
+    let json = serde_json::json!({ "transport": transport, "rounds": rounds, "medians": med, "ratios": ratios });
+    let path = out.join(format!("hamlyn-{transport}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json")).expect("write JSON");
+    println!("\nwrote {}", path.display());
+}
+
+fn short(s: &str) -> String {
+    s.replace("Hamlyn ", "H ")
+        .replace("tagged remote write", "TRW")
+        .replace("csend/crecv", "")
+        .trim()
+        .chars()
+        .take(14)
+        .collect()
+}

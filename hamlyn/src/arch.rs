@@ -1,0 +1,1547 @@
+//! The architecture (seed 002 §2) as a library over VMMC that plays the interface's part.
+//!
+//! # How the interface is emulated
+//!
+//! There is no Hamlyn card: each process's [`Hamlyn`] is its own sending and receiving
+//! interface. Between every pair of processes runs a *link*: a ring of packet cells exported
+//! by the receiver to that one sender (VMMC export permissions name the sender's process),
+//! and a small credit buffer exported by the sender to that one receiver. The sending side
+//! writes each packet (payload, then the [`Header`] whose last word is the cell's sequence
+//! number) into the ring by deliberate update, in order; the receiving side, whenever its
+//! application calls in (`h_recv`, a protocol's `receive`, or any wait loop), reads the cells,
+//! **checks each header against its slot table** and only then copies the payload into the
+//! slot's message area, updates the packet accumulator and appends to the notification queue
+//! (Figure 2). The consumed-cell count goes back through the credit buffer: that is the
+//! link-level back-pressure of §2.8 (a sender whose ring is full waits; its work queue fills;
+//! then it blocks or gets `WouldBlock`).
+//!
+//! # Protection, precisely (§2.2, §2.7)
+//!
+//! * Message areas, metadata areas and the notification queue are the receiver's private
+//!   memory: they are never exported, so on no transport can a sender write them. Only the
+//!   receiving side writes them, after the checks (key, slot bounds, paranoid entry bounds
+//!   and key, revoked keys, one-shot arming). A refused packet writes nothing and is counted
+//!   ([`Stats`]).
+//! * What a sender *can* write is its own ring at each receiver. On shm the ring's pages are
+//!   mapped into that sender (and only that sender: the export lists it alone), so the
+//!   guarantee is at page granularity as in seed 000: a sender may scribble anywhere in the
+//!   whole pages of its own ring, which only ever produces packets the receiving side checks
+//!   like any other; it cannot reach another sender's ring (import refused) nor any slot.
+//! * The sending library performs no check at all: keys and bounds are the receiver's to
+//!   enforce, as a receiving interface would.
+//!
+//! # Differences from the hardware
+//!
+//! * The receiving interface runs when the receiving application calls in (any Hamlyn call),
+//!   not concurrently. When the notification queue is full it stops taking packets from the
+//!   rings (back-pressure) instead of overwriting an entry (§2.6's only overrun).
+//! * One send terminus per [`Hamlyn`], whose work queue serves every destination in order.
+
+use crate::error::{Error, Result};
+use crate::key::random_key;
+use crate::ticket::{Ticket, T_ANY_ENTRY, T_FAST};
+use crate::wait::{now_ns, Waiter};
+use crate::wire::{pad4, Header, RingLayout, FAST_INDEX, F_BOOT, F_FIRST, HEADER_LEN};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use vmmc::{Endpoint, ExportOptions, MemKind, Proxy, Region, WriteOpts};
+
+/// First buffer id of the rings this library exports (one per sending rank).
+pub const RING_BUF_BASE: u32 = 0x4841_0000;
+/// First buffer id of the credit buffers (one per receiving rank).
+pub const CREDIT_BUF_BASE: u32 = 0x4842_0000;
+/// Bytes of user metadata in a metadata entry (§2.4, Table 2).
+pub const USER_META: usize = 60;
+/// The number of send buffer areas of a terminus (§2.3: 8 base and bounds registers).
+pub const SEND_BUFFERS: usize = 8;
+
+/// Parameters of one process's interface.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Payload bytes per packet (§4.3: a parameter; 1 KB recommended for the prototype).
+    pub packet_size: usize,
+    /// Cells in each link's ring.
+    pub ring_cells: usize,
+    /// Entries of the send terminus's work queue (§2.3: 63 in the prototype).
+    pub work_queue: usize,
+    /// Entries of the notification queue (§2.6).
+    pub notify_queue: usize,
+    /// Largest message (metadata + data) sent by direct I/O: copied into the work queue entry
+    /// and written with one deliberate update per packet.
+    pub direct_max: usize,
+    /// A sender without resources blocks (`true`) or gets `WouldBlock`.
+    pub block: bool,
+    /// Test mode: the send terminus transmits each message's packets in an order permuted by
+    /// this seed (reassembly by the packet accumulator, §2.5).
+    pub permute: Option<u64>,
+    /// Optional blocking wake-up (§2.6): a receiver that falls asleep in `h_recv_block` says
+    /// so to its senders, and each sender raises one VMMC notification per sleep (coalesced).
+    pub wakeup: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            packet_size: 4096,
+            ring_cells: 64,
+            work_queue: 63,
+            notify_queue: 1024,
+            direct_max: 256,
+            block: true,
+            permute: None,
+            wakeup: false,
+        }
+    }
+}
+
+/// Slot modes (§2.7). Fast mode is chosen per packet (metadata index all 1s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The slot's key and bounds only.
+    Normal,
+    /// Also the metadata entry's secondary bounds and key, which supersedes the slot's.
+    Paranoid,
+    /// Paranoid, and an entry accepts one message until the application re-arms it.
+    ParanoidOneShot,
+}
+
+/// A 128-byte metadata entry (§2.4, Table 2).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MetaEntry {
+    /// User metadata (60 bytes), from the message's first packet.
+    pub user: [u8; USER_META],
+    /// The packet accumulator (§2.5).
+    pub acc: u32,
+    /// Paranoid-mode protection key (0: none).
+    pub key: u64,
+    /// Paranoid-mode message area low limit (slot offset).
+    pub lo: u64,
+    /// Paranoid-mode message area high limit (exclusive).
+    pub hi: u64,
+    /// The library's receive class pointer (§3.3).
+    pub class: u64,
+    /// Paranoid-one-shot: whether the entry accepts a message.
+    pub armed: u32,
+    /// Bytes of user metadata that arrived.
+    pub meta_len: u32,
+    /// Data bytes accepted for the current message.
+    pub bytes: u64,
+    _pad: [u8; 16],
+}
+
+const _: () = assert!(std::mem::size_of::<MetaEntry>() == 128);
+
+impl Default for MetaEntry {
+    fn default() -> Self {
+        MetaEntry {
+            user: [0; USER_META],
+            acc: 0,
+            key: 0,
+            lo: 0,
+            hi: 0,
+            class: 0,
+            armed: 1,
+            meta_len: 0,
+            bytes: 0,
+            _pad: [0; 16],
+        }
+    }
+}
+
+impl MetaEntry {
+    /// The user metadata that arrived with the last message.
+    pub fn metadata(&self) -> &[u8] {
+        &self.user[..(self.meta_len as usize).min(USER_META)]
+    }
+}
+
+/// A notification queue entry (§2.6, Table 3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NqEntry {
+    /// The wrap flag of the lap it was written in.
+    pub wrap: bool,
+    /// The slot the message arrived in.
+    pub slot: u32,
+    /// Its metadata entry ([`FAST_INDEX`] in fast mode).
+    pub meta_index: u32,
+    /// Fast mode: the word of metadata carried by the header.
+    pub word: u32,
+    /// The rank whose link delivered the last packet (what the interface knows).
+    pub from: u32,
+}
+
+impl NqEntry {
+    /// Whether this is a fast-mode notification (`word` is the metadata).
+    pub fn is_fast(&self) -> bool {
+        self.meta_index == FAST_INDEX
+    }
+}
+
+/// Counters of the receiving and sending sides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets accepted into slots.
+    pub packets: u64,
+    /// Notification queue entries written.
+    pub notifications: u64,
+    /// Refused: key does not match the slot's (or the entry's in paranoid modes).
+    pub refused_key: u64,
+    /// Refused: key was revoked.
+    pub refused_revoked: u64,
+    /// Refused: outside the slot's bounds, or the entry's in paranoid modes.
+    pub refused_bounds: u64,
+    /// Refused: a paranoid-one-shot entry that was not re-armed.
+    pub refused_one_shot: u64,
+    /// Refused: no such slot or metadata entry, or a malformed header.
+    pub refused_malformed: u64,
+    /// First packets of a message that arrived after another of its packets (reassembly
+    /// out of order, §2.5).
+    pub reordered: u64,
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Wake-up notifications raised by this sender (§2.6, coalesced).
+    pub wakeups_sent: u64,
+    /// Times `h_recv_block` slept.
+    pub sleeps: u64,
+}
+
+impl Stats {
+    /// Every refused packet.
+    pub fn refused(&self) -> u64 {
+        self.refused_key
+            + self.refused_revoked
+            + self.refused_bounds
+            + self.refused_one_shot
+            + self.refused_malformed
+    }
+}
+
+/// Slot number.
+pub type SlotId = u32;
+
+struct Slot {
+    area: Vec<u8>,
+    key: u64,
+    mode: Mode,
+    meta: Vec<MetaEntry>,
+    /// Receive class of fast-mode notifications for this slot.
+    fast_class: u64,
+}
+
+/// A gather list element (§2.3): `<send_buffer_tag, offset, length>`.
+#[derive(Clone, Copy, Debug)]
+pub struct Gather {
+    /// Send buffer area tag (0..8).
+    pub tag: usize,
+    /// Offset in that area.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A message's send options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SendOpts {
+    /// The packet counter's initial value Y (§2.5): 0 for a lone message, a group value for
+    /// group receive.
+    pub counter: u32,
+    /// Metadata entry to use instead of the ticket's (for tickets over a range of entries).
+    pub meta_index: Option<u32>,
+}
+
+/// A posted message: its sequence number on the terminus; it is done when the completion
+/// word reaches it ([`Hamlyn::completed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Handle(pub u64);
+
+enum Source {
+    Inline(Vec<u8>),
+    Gather(Vec<(Arc<[u8]>, usize, usize)>),
+}
+
+struct WorkEntry {
+    dest: u32,
+    hdr: Header,
+    counter: u32,
+    meta: Vec<u8>,
+    src: Source,
+    total: usize,
+    npackets: usize,
+    next: usize,
+    order: Option<Vec<u32>>,
+}
+
+struct Outgoing {
+    /// The peer's ring for us, imported on first use.
+    ring: Option<Proxy>,
+    /// Our credit buffer that the peer writes: word 0 cells consumed, word 1 sleep epoch.
+    credit: Region,
+    sent: u32,
+    notified_epoch: u32,
+}
+
+struct Incoming {
+    ring: Region,
+    consumed: u32,
+    credited: u32,
+    /// The sender's credit buffer, imported on the first packet.
+    credit: Option<Proxy>,
+    /// Bootstrap messages from this sender.
+    boot: VecDeque<Vec<u8>>,
+}
+
+/// Wakes an `h_recv_block` that sleeps (the handler of the ring exports).
+#[derive(Default)]
+struct Wake {
+    count: Mutex<u64>,
+    cv: Condvar,
+    woken: AtomicU64,
+}
+
+/// One process's Hamlyn interface and manager (`hamlyn_manager`, §3.3): its slots, metadata
+/// areas, notification queue, send terminus and links. Not thread-safe, as the seed's upper
+/// layer: use it from one thread.
+pub struct Hamlyn {
+    ep: Endpoint,
+    cfg: Config,
+    me: u32,
+    layout: RingLayout,
+    slots: Vec<Option<Slot>>,
+    revoked: std::collections::HashSet<u64>,
+    // The notification queue (§2.6): the interface's cursor and wrap flag, the
+    // application's.
+    nq: Vec<NqEntry>,
+    nq_tail: usize,
+    nq_wrap: bool,
+    nq_head: usize,
+    app_wrap: bool,
+    nq_written: u64,
+    nq_read: u64,
+    // The send terminus (§2.3).
+    wq: VecDeque<WorkEntry>,
+    posted: u64,
+    completion: u64,
+    send_buffers: [Option<Arc<[u8]>>; SEND_BUFFERS],
+    out: Vec<Outgoing>,
+    inc: Vec<Incoming>,
+    stats: Stats,
+    wake: Arc<Wake>,
+    sleep_epoch: u32,
+    // The library's receive classes (§3.3): queues of arrivals per class.
+    classes: Vec<VecDeque<NqEntry>>,
+    stage: Vec<u8>,
+    rng: u64,
+}
+
+impl Hamlyn {
+    /// Sets up this process's interface on `ep`: exports one ring per rank of the job (only
+    /// that rank may import it) and one credit buffer per rank.
+    pub fn new(ep: Endpoint, cfg: Config) -> Result<Hamlyn> {
+        if cfg.packet_size < 64 || cfg.ring_cells < 2 || cfg.work_queue == 0 {
+            return Err(Error::InvalidArgument("packet_size >= 64, ring_cells >= 2"));
+        }
+        if cfg.notify_queue < 2 {
+            return Err(Error::InvalidArgument("notify_queue >= 2"));
+        }
+        let me = ep.rank() as u32;
+        let layout = RingLayout::new(cfg.ring_cells, cfg.packet_size);
+        let wake = Arc::new(Wake::default());
+        let mut out = Vec::new();
+        let mut inc = Vec::new();
+        for r in 0..ep.size() {
+            let peer = ep.proc_of(r)?;
+            let ring = ep.alloc(layout.bytes(), MemKind::Shared)?;
+            let mut opts = ExportOptions::new().importers([peer]);
+            if cfg.wakeup {
+                let w = wake.clone();
+                opts = opts.handler(move |_| {
+                    let mut c = w.count.lock().unwrap_or_else(|e| e.into_inner());
+                    *c += 1;
+                    w.woken.fetch_add(1, Ordering::Relaxed);
+                    w.cv.notify_all();
+                });
+            }
+            ep.export(RING_BUF_BASE + r as u32, &ring, opts)?;
+            let credit = ep.alloc(vmmc::page_size(), MemKind::Shared)?;
+            ep.export(
+                CREDIT_BUF_BASE + r as u32,
+                &credit,
+                ExportOptions::new().importers([peer]),
+            )?;
+            out.push(Outgoing {
+                ring: None,
+                credit,
+                sent: 0,
+                notified_epoch: 0,
+            });
+            inc.push(Incoming {
+                ring,
+                consumed: 0,
+                credited: 0,
+                credit: None,
+                boot: VecDeque::new(),
+            });
+        }
+        let nq = vec![NqEntry::default(); cfg.notify_queue];
+        Ok(Hamlyn {
+            me,
+            layout,
+            slots: Vec::new(),
+            revoked: Default::default(),
+            nq,
+            nq_tail: 0,
+            nq_wrap: true,
+            nq_head: 0,
+            app_wrap: true,
+            nq_written: 0,
+            nq_read: 0,
+            wq: VecDeque::new(),
+            posted: 0,
+            completion: 0,
+            send_buffers: Default::default(),
+            out,
+            inc,
+            stats: Stats::default(),
+            wake,
+            sleep_epoch: 0,
+            classes: vec![VecDeque::new()],
+            stage: Vec::with_capacity(cfg.packet_size + HEADER_LEN + 4),
+            rng: cfg.permute.unwrap_or(1) | 1,
+            cfg,
+            ep,
+        })
+    }
+
+    /// The endpoint underneath.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.me
+    }
+    /// Ranks in the job.
+    pub fn size(&self) -> usize {
+        self.ep.size()
+    }
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// Wake-up notifications this receiver took (blocking wake-up, §2.6).
+    pub fn wakeups_received(&self) -> u64 {
+        self.wake.woken.load(Ordering::Relaxed)
+    }
+
+    // ----- slots, message areas, metadata areas (§2.2, §2.4) -----
+
+    /// Creates a slot over a new message area of `len` bytes with `entries` metadata entries,
+    /// in `mode`, with a fresh random key; in paranoid modes every entry gets its own key and
+    /// the whole slot as its bounds.
+    pub fn create_slot(&mut self, len: usize, entries: usize, mode: Mode) -> Result<SlotId> {
+        let mut meta = vec![MetaEntry::default(); entries];
+        if mode != Mode::Normal {
+            for e in &mut meta {
+                e.key = random_key()?;
+                e.hi = len as u64;
+            }
+        }
+        let slot = Slot {
+            area: vec![0; len],
+            key: random_key()?,
+            mode,
+            meta,
+            fast_class: 0,
+        };
+        if let Some(i) = self.slots.iter().position(Option::is_none) {
+            self.slots[i] = Some(slot);
+            Ok(i as SlotId)
+        } else {
+            self.slots.push(Some(slot));
+            Ok((self.slots.len() - 1) as SlotId)
+        }
+    }
+
+    /// Destroys a slot: its key is revoked and later packets to it are refused.
+    pub fn destroy_slot(&mut self, s: SlotId) -> Result<()> {
+        let sl = self
+            .slots
+            .get_mut(s as usize)
+            .and_then(Option::take)
+            .ok_or(Error::NoSuch("slot"))?;
+        self.revoked.insert(sl.key);
+        self.revoked
+            .extend(sl.meta.iter().map(|e| e.key).filter(|&k| k != 0));
+        Ok(())
+    }
+
+    fn slot(&self, s: SlotId) -> Result<&Slot> {
+        self.slots
+            .get(s as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Error::NoSuch("slot"))
+    }
+    fn slot_mut(&mut self, s: SlotId) -> Result<&mut Slot> {
+        self.slots
+            .get_mut(s as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Error::NoSuch("slot"))
+    }
+
+    /// The slot's message area.
+    pub fn area(&self, s: SlotId) -> Result<&[u8]> {
+        Ok(&self.slot(s)?.area)
+    }
+    /// The slot's message area, for the receiving application's own use.
+    pub fn area_mut(&mut self, s: SlotId) -> Result<&mut [u8]> {
+        Ok(&mut self.slot_mut(s)?.area)
+    }
+    /// The slot's key.
+    pub fn slot_key(&self, s: SlotId) -> Result<u64> {
+        Ok(self.slot(s)?.key)
+    }
+    /// The slot's mode.
+    pub fn slot_mode(&self, s: SlotId) -> Result<Mode> {
+        Ok(self.slot(s)?.mode)
+    }
+    /// Metadata entry `i` of slot `s`.
+    pub fn meta(&self, s: SlotId, i: u32) -> Result<&MetaEntry> {
+        self.slot(s)?
+            .meta
+            .get(i as usize)
+            .ok_or(Error::NoSuch("metadata entry"))
+    }
+    fn meta_mut(&mut self, s: SlotId, i: u32) -> Result<&mut MetaEntry> {
+        self.slot_mut(s)?
+            .meta
+            .get_mut(i as usize)
+            .ok_or(Error::NoSuch("metadata entry"))
+    }
+
+    /// Paranoid modes: sets entry `i`'s secondary bounds `[lo, hi)` and draws it a new key
+    /// (the application does this without the OS, §2.7); returns the key.
+    pub fn set_entry_bounds(&mut self, s: SlotId, i: u32, lo: u64, hi: u64) -> Result<u64> {
+        let len = self.slot(s)?.area.len() as u64;
+        if lo > hi || hi > len {
+            return Err(Error::InvalidArgument("entry bounds outside the slot"));
+        }
+        let k = random_key()?;
+        let e = self.meta_mut(s, i)?;
+        e.lo = lo;
+        e.hi = hi;
+        e.key = k;
+        Ok(k)
+    }
+
+    /// Paranoid-one-shot: lets entry `i` accept one more message.
+    pub fn rearm(&mut self, s: SlotId, i: u32) -> Result<()> {
+        let e = self.meta_mut(s, i)?;
+        e.armed = 1;
+        e.acc = 0;
+        e.bytes = 0;
+        Ok(())
+    }
+
+    /// Revokes entry `i`'s key (paranoid modes): the sender holding it is cut off, no other
+    /// (§2.7). Returns the entry's new key.
+    pub fn revoke_entry(&mut self, s: SlotId, i: u32) -> Result<u64> {
+        let k = random_key()?;
+        let e = self.meta_mut(s, i)?;
+        let old = std::mem::replace(&mut e.key, k);
+        self.revoked.insert(old);
+        Ok(k)
+    }
+
+    /// Revokes the slot's key: every holder of a ticket with it is cut off. Returns the new one.
+    pub fn revoke_slot_key(&mut self, s: SlotId) -> Result<u64> {
+        let k = random_key()?;
+        let old = std::mem::replace(&mut self.slot_mut(s)?.key, k);
+        self.revoked.insert(old);
+        Ok(k)
+    }
+
+    /// Sets the receive class pointer of entry `i` (§3.3).
+    pub fn set_class(&mut self, s: SlotId, i: u32, class: u64) -> Result<()> {
+        self.meta_mut(s, i)?.class = class;
+        Ok(())
+    }
+
+    /// Sets the receive class of the slot's fast-mode notifications.
+    pub fn set_fast_class(&mut self, s: SlotId, class: u64) -> Result<()> {
+        self.slot_mut(s)?.fast_class = class;
+        Ok(())
+    }
+
+    /// A ticket for entry `i` of slot `s` over the window `[base, bound)`: the slot's key in
+    /// normal mode, the entry's in paranoid modes.
+    pub fn ticket(&self, s: SlotId, i: u32, base: u64, bound: u64) -> Result<Ticket> {
+        let sl = self.slot(s)?;
+        let key = match sl.mode {
+            Mode::Normal => sl.key,
+            _ => self.meta(s, i)?.key,
+        };
+        Ok(Ticket {
+            dest: self.me,
+            slot: s,
+            meta_index: i,
+            key,
+            base,
+            bound,
+            flags: 0,
+        })
+    }
+
+    /// A fast-mode ticket for the slot (tagged remote write, §3.3).
+    pub fn fast_ticket(&self, s: SlotId) -> Result<Ticket> {
+        let sl = self.slot(s)?;
+        Ok(Ticket {
+            dest: self.me,
+            slot: s,
+            meta_index: FAST_INDEX,
+            key: sl.key,
+            base: 0,
+            bound: sl.area.len() as u64,
+            flags: T_FAST,
+        })
+    }
+
+    /// A ticket over `count` entries from `first` (normal mode), for a protocol that picks
+    /// the entry per message.
+    pub fn range_ticket(&self, s: SlotId, first: u32, count: u32) -> Result<Ticket> {
+        let sl = self.slot(s)?;
+        Ok(Ticket {
+            dest: self.me,
+            slot: s,
+            meta_index: first,
+            key: sl.key,
+            base: 0,
+            bound: sl.area.len() as u64,
+            flags: T_ANY_ENTRY | (count.min(0xffff) << 16),
+        })
+    }
+
+    // ----- the send terminus (§2.3) -----
+
+    /// Installs send buffer area `tag` (the OS-set base and bounds registers of §2.3). The
+    /// terminus holds a reference while queued messages use it.
+    pub fn set_send_buffer(&mut self, tag: usize, buf: Arc<[u8]>) -> Result<()> {
+        *self
+            .send_buffers
+            .get_mut(tag)
+            .ok_or(Error::NoSuch("send buffer tag"))? = Some(buf);
+        Ok(())
+    }
+
+    /// Removes send buffer area `tag` (to reuse its memory once its messages completed).
+    pub fn take_send_buffer(&mut self, tag: usize) -> Option<Arc<[u8]>> {
+        self.send_buffers.get_mut(tag).and_then(Option::take)
+    }
+
+    /// The completion sequence word (§2.3): every message with a handle below it has left.
+    pub fn completed(&self) -> u64 {
+        self.completion
+    }
+
+    /// Whether the message of `h` has been sent (its buffers may be reused).
+    pub fn is_sent(&self, h: Handle) -> bool {
+        h.0 < self.completion
+    }
+
+    /// `h_send_msg` (§3.2): sends `meta` (at most 60 bytes) and `data` to `t`'s slot at `offset`
+    /// (an offset in the slot). A short message is copied into the work queue (direct I/O);
+    /// a long one is sent from `data` before the call returns (it cannot outlive the borrow:
+    /// use [`Hamlyn::h_send_gather`] for asynchronous zero-copy sends).
+    pub fn h_send_msg(
+        &mut self,
+        t: &Ticket,
+        offset: u64,
+        data: &[u8],
+        meta: &[u8],
+        opts: SendOpts,
+    ) -> Result<Handle> {
+        if meta.len() > USER_META {
+            return Err(Error::TooLarge("metadata over 60 bytes"));
+        }
+        let total = meta.len() + data.len();
+        if total <= self.cfg.direct_max {
+            let e = self.entry(
+                t,
+                offset,
+                meta,
+                Source::Inline(data.to_vec()),
+                data.len(),
+                opts,
+            )?;
+            return self.post(e);
+        }
+        // A long message from borrowed memory: drain the queue, then stream it out.
+        self.drain_queue()?;
+        let mut e = self.entry(
+            t,
+            offset,
+            meta,
+            Source::Inline(Vec::new()),
+            data.len(),
+            opts,
+        )?;
+        let h = Handle(self.posted);
+        self.posted += 1;
+        while e.next < e.npackets {
+            self.wait_room(e.dest)?;
+            while e.next < e.npackets && self.room(e.dest) > 0 {
+                self.put_next(&mut e, Some(data))?;
+            }
+        }
+        self.completion += 1;
+        Ok(h)
+    }
+
+    /// `h_send_msg` with a gather list over send buffer areas (§2.3): queued and sent as the
+    /// links allow; returns at once unless the work queue is full.
+    pub fn h_send_gather(
+        &mut self,
+        t: &Ticket,
+        offset: u64,
+        list: &[Gather],
+        meta: &[u8],
+        opts: SendOpts,
+    ) -> Result<Handle> {
+        if meta.len() > USER_META {
+            return Err(Error::TooLarge("metadata over 60 bytes"));
+        }
+        let mut parts = Vec::with_capacity(list.len());
+        let mut total = 0;
+        for g in list {
+            let b = self
+                .send_buffers
+                .get(g.tag)
+                .and_then(Option::as_ref)
+                .ok_or(Error::NoSuch("send buffer tag"))?;
+            if g.offset.checked_add(g.len).is_none_or(|end| end > b.len()) {
+                return Err(Error::InvalidArgument(
+                    "gather element outside its send buffer area",
+                ));
+            }
+            parts.push((b.clone(), g.offset, g.len));
+            total += g.len;
+        }
+        let e = self.entry(t, offset, meta, Source::Gather(parts), total, opts)?;
+        self.post(e)
+    }
+
+    /// Fast mode (§2.7): a one-packet message whose header carries `word` to the receiver's
+    /// notification entry instead of a metadata entry.
+    pub fn h_send_fast(&mut self, t: &Ticket, offset: u64, data: &[u8], word: u32) -> Result<()> {
+        if data.len() > self.cfg.packet_size {
+            return Err(Error::TooLarge("a fast-mode message is one packet"));
+        }
+        // Fast path: nothing queued and room in the ring: straight out, no queue entry.
+        if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
+            let dest = self.dest_of(t)?;
+            if self.room(dest) > 0 {
+                let hdr = Header {
+                    slot: t.slot,
+                    meta_index: FAST_INDEX,
+                    key: t.key,
+                    offset,
+                    delta: 0,
+                    flags: F_FIRST,
+                    len: data.len() as u32,
+                    meta_len: 0,
+                    word,
+                    seq: 0,
+                };
+                self.posted += 1;
+                self.put_packet(dest, hdr, &[data])?;
+                self.completion += 1;
+                return Ok(());
+            }
+        }
+        let opts = SendOpts {
+            meta_index: Some(FAST_INDEX),
+            ..Default::default()
+        };
+        let mut e = self.entry(
+            t,
+            offset,
+            &[],
+            Source::Inline(data.to_vec()),
+            data.len(),
+            opts,
+        )?;
+        e.hdr.word = word;
+        self.post(e).map(|_| ())
+    }
+
+    fn dest_of(&self, t: &Ticket) -> Result<u32> {
+        if (t.dest as usize) < self.out.len() {
+            Ok(t.dest)
+        } else {
+            Err(Error::InvalidArgument("ticket names no rank of this job"))
+        }
+    }
+
+    fn entry(
+        &mut self,
+        t: &Ticket,
+        offset: u64,
+        meta: &[u8],
+        src: Source,
+        total: usize,
+        opts: SendOpts,
+    ) -> Result<WorkEntry> {
+        let dest = self.dest_of(t)?;
+        let meta_index = opts.meta_index.unwrap_or(t.meta_index);
+        let p = self.cfg.packet_size;
+        let first = p - meta.len();
+        let npackets = if meta_index == FAST_INDEX {
+            if total > p {
+                return Err(Error::TooLarge("a fast-mode message is one packet"));
+            }
+            1
+        } else if total <= first {
+            1
+        } else {
+            1 + (total - first).div_ceil(p)
+        };
+        if npackets > 1 && opts.counter != 0 && opts.counter.wrapping_sub(npackets as u32 - 1) == 0
+        {
+            return Err(Error::InvalidArgument(
+                "packet counter value equals the packet count minus one",
+            ));
+        }
+        let order = match self.cfg.permute {
+            Some(_) if npackets > 1 => {
+                let mut o: Vec<u32> = (0..npackets as u32).collect();
+                for i in (1..o.len()).rev() {
+                    self.rng ^= self.rng << 13;
+                    self.rng ^= self.rng >> 7;
+                    self.rng ^= self.rng << 17;
+                    o.swap(i, (self.rng % (i as u64 + 1)) as usize);
+                }
+                Some(o)
+            }
+            _ => None,
+        };
+        Ok(WorkEntry {
+            dest,
+            hdr: Header {
+                slot: t.slot,
+                meta_index,
+                key: t.key,
+                offset,
+                ..Default::default()
+            },
+            counter: opts.counter,
+            meta: meta.to_vec(),
+            src,
+            total,
+            npackets,
+            next: 0,
+            order,
+        })
+    }
+
+    fn post(&mut self, e: WorkEntry) -> Result<Handle> {
+        if self.wq.len() >= self.cfg.work_queue {
+            self.pump()?;
+            if self.wq.len() >= self.cfg.work_queue {
+                if !self.cfg.block {
+                    return Err(Error::WouldBlock("send terminus work queue full"));
+                }
+                let mut w = Waiter::new();
+                while self.wq.len() >= self.cfg.work_queue {
+                    self.pump()?;
+                    self.poll_links()?;
+                    if w.due() {
+                        if let Some(d) = self.wq.front().map(|e| e.dest) {
+                            self.check_peer(d)?;
+                        }
+                    }
+                    w.relax();
+                }
+            }
+        }
+        let h = Handle(self.posted);
+        self.posted += 1;
+        self.wq.push_back(e);
+        self.pump()?;
+        Ok(h)
+    }
+
+    /// Moves work queue entries out as far as the links allow (the terminus's engine).
+    pub fn pump(&mut self) -> Result<()> {
+        while let Some(mut e) = self.wq.pop_front() {
+            while e.next < e.npackets && self.room(e.dest) > 0 {
+                if let Err(err) = self.put_next(&mut e, None) {
+                    self.wq.push_front(e);
+                    return Err(err);
+                }
+            }
+            if e.next < e.npackets {
+                self.wq.push_front(e);
+                return Ok(());
+            }
+            self.completion += 1;
+        }
+        Ok(())
+    }
+
+    /// Waits until the work queue is empty.
+    pub fn drain_queue(&mut self) -> Result<()> {
+        self.pump()?;
+        let mut w = Waiter::new();
+        while let Some(d) = self.wq.front().map(|e| e.dest) {
+            if !self.cfg.block {
+                return Err(Error::WouldBlock("send terminus work queue busy"));
+            }
+            self.poll_links()?;
+            self.pump()?;
+            if w.due() {
+                self.check_peer(d)?;
+            }
+            w.relax();
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, r: u32) -> Result<()> {
+        let p = self.ep.proc_of(r as usize)?;
+        self.ep.check_peer(p).map_err(Error::from)
+    }
+
+    /// Cells free in the link to `dest`.
+    fn room(&self, dest: u32) -> usize {
+        let o = &self.out[dest as usize];
+        let consumed = o.credit.load_u32(0).unwrap_or(0);
+        self.cfg
+            .ring_cells
+            .saturating_sub(o.sent.wrapping_sub(consumed) as usize)
+    }
+
+    fn wait_room(&mut self, dest: u32) -> Result<()> {
+        if self.room(dest) > 0 {
+            return Ok(());
+        }
+        if !self.cfg.block {
+            return Err(Error::WouldBlock("link to the receiver full"));
+        }
+        let mut w = Waiter::new();
+        while self.room(dest) == 0 {
+            self.poll_links()?;
+            if w.due() {
+                self.check_peer(dest)?;
+            }
+            w.relax();
+        }
+        Ok(())
+    }
+
+    /// Transmits the next packet of `e` (segmentation, §2.3): the header replicated with the
+    /// offset adjusted, the metadata in the first packet, the deltas of §2.5.
+    fn put_next(&mut self, e: &mut WorkEntry, borrowed: Option<&[u8]>) -> Result<()> {
+        let p = self.cfg.packet_size;
+        let k = match &e.order {
+            Some(o) => o[e.next] as usize,
+            None => e.next,
+        };
+        let first_data = p - e.meta.len();
+        let (d0, d1, with_meta) = if k == 0 {
+            (0, first_data.min(e.total), true)
+        } else {
+            let d0 = first_data + (k - 1) * p;
+            (d0, (d0 + p).min(e.total), false)
+        };
+        let i = e.next;
+        let last = i + 1 == e.npackets;
+        let delta = if e.hdr.meta_index == FAST_INDEX {
+            0
+        } else if e.npackets == 1 {
+            e.counter
+        } else {
+            // §2.5: the packet counter starts at Y; each packet but the last carries 1 and
+            // decrements it; the last carries what is left.
+            if last {
+                e.counter
+            } else {
+                e.counter = e.counter.wrapping_sub(1);
+                1
+            }
+        };
+        let meta_len = if with_meta { e.meta.len() } else { 0 };
+        let hdr = Header {
+            offset: e.hdr.offset + d0 as u64,
+            delta,
+            flags: if with_meta { F_FIRST } else { 0 },
+            len: (meta_len + d1 - d0) as u32,
+            meta_len: meta_len as u32,
+            ..e.hdr
+        };
+        let m: &[u8] = if with_meta { &e.meta } else { &[] };
+        let r = match (&e.src, borrowed) {
+            (_, Some(b)) => put_packet_split(self, e.dest, hdr, &[m, &b[d0..d1]]),
+            (Source::Inline(v), None) => put_packet_split(self, e.dest, hdr, &[m, &v[d0..d1]]),
+            (Source::Gather(parts), None) => {
+                let mut pieces: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                pieces.push(m);
+                let mut at = 0;
+                for (b, off, len) in parts {
+                    let (s, t) = (at.max(d0), (at + len).min(d1));
+                    if s < t {
+                        pieces.push(&b[off + s - at..off + t - at]);
+                    }
+                    at += len;
+                }
+                put_packet_split(self, e.dest, hdr, &pieces)
+            }
+        };
+        r?;
+        e.next += 1;
+        Ok(())
+    }
+
+    fn put_packet(&mut self, dest: u32, hdr: Header, pieces: &[&[u8]]) -> Result<()> {
+        put_packet_split(self, dest, hdr, pieces)
+    }
+
+    fn ring_proxy(&mut self, dest: u32) -> Result<Proxy> {
+        if let Some(p) = &self.out[dest as usize].ring {
+            return Ok(p.clone());
+        }
+        let owner = self.ep.proc_of(dest as usize)?;
+        let p = self.ep.import(owner, RING_BUF_BASE + self.me)?;
+        self.out[dest as usize].ring = Some(p.clone());
+        Ok(p)
+    }
+
+    /// Writes a packet with any header into this process's own ring at `dest`: what a
+    /// misbehaving or malicious process can do, since the ring's pages are mapped into it (on
+    /// shm) and nothing on the sending side checks anything. The header's `len` may lie; the
+    /// payload is placed as for a packet of `payload.len()` bytes. For tests of the receiving
+    /// side's checks.
+    pub fn forge_packet(&mut self, dest: u32, mut hdr: Header, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.cfg.packet_size || dest as usize >= self.out.len() {
+            return Err(Error::InvalidArgument(
+                "forged packet: payload or destination",
+            ));
+        }
+        self.drain_queue()?;
+        self.wait_room(dest)?;
+        if self.out[dest as usize].ring.is_none() {
+            self.ring_proxy(dest)?;
+        }
+        let o = &mut self.out[dest as usize];
+        let cell = o.sent as usize % self.layout.cells;
+        o.sent = o.sent.wrapping_add(1);
+        hdr.seq = o.sent;
+        let mut b = payload.to_vec();
+        b.resize(pad4(payload.len()), 0);
+        b.extend_from_slice(&hdr.encode());
+        let at = self.layout.payload_at(cell, payload.len());
+        o.ring.as_ref().expect("imported").send(at, &b)?;
+        Ok(())
+    }
+
+    // ----- the receiving interface (§2.2, §2.5, §2.6, §2.7) -----
+
+    /// Takes every packet waiting in the links, as the receiving interface would (checks,
+    /// placement, accumulators, notifications). Returns the packets processed.
+    pub fn poll_links(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for from in 0..self.inc.len() {
+            loop {
+                if self.nq_written - self.nq_read >= self.nq.len() as u64 {
+                    return Ok(n);
+                }
+                let cell = self.inc[from].consumed as usize % self.layout.cells;
+                let want = self.inc[from].consumed.wrapping_add(1);
+                let ring = &self.inc[from].ring;
+                if ring.load_u32(self.layout.seq_at(cell))? != want {
+                    break;
+                }
+                let mut hb = [0u8; HEADER_LEN];
+                ring.read(self.layout.header_at(cell), &mut hb)?;
+                let h = Header::decode(&hb);
+                self.accept(from as u32, cell, &h)?;
+                n += 1;
+                let i = &mut self.inc[from];
+                i.consumed = want;
+                if i.consumed.wrapping_sub(i.credited) as usize >= self.layout.cells / 4 {
+                    self.give_credit(from)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn give_credit(&mut self, from: usize) -> Result<()> {
+        if self.inc[from].credit.is_none() {
+            let owner = self.ep.proc_of(from)?;
+            match self.ep.import(owner, CREDIT_BUF_BASE + self.me) {
+                Ok(p) => self.inc[from].credit = Some(p),
+                // A sender that died takes no credit: nothing to report here (what it sent
+                // is still delivered).
+                Err(vmmc::Error::PeerLost(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let i = &mut self.inc[from];
+        i.credited = i.consumed;
+        let p = i.credit.as_ref().expect("imported");
+        match p.send(0, &i.consumed.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            // A sender that died takes no credit: nothing to report here.
+            Err(vmmc::Error::PeerLost(_)) | Err(vmmc::Error::Unexported) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The checks and the placement of one packet (Figure 2).
+    fn accept(&mut self, from: u32, cell: usize, h: &Header) -> Result<()> {
+        let plen = h.len as usize;
+        let mlen = h.meta_len as usize;
+        if plen > self.layout.packet || mlen > USER_META || mlen > plen {
+            self.stats.refused_malformed += 1;
+            return Ok(());
+        }
+        let at = self.layout.payload_at(cell, plen);
+        if h.flags & F_BOOT != 0 {
+            let mut b = vec![0u8; plen];
+            self.inc[from as usize].ring.read(at, &mut b)?;
+            self.inc[from as usize].boot.push_back(b);
+            return Ok(());
+        }
+        let Some(Some(slot)) = self.slots.get_mut(h.slot as usize) else {
+            self.stats.refused_malformed += 1;
+            return Ok(());
+        };
+        let dlen = plen - mlen;
+        let fast = h.meta_index == FAST_INDEX;
+        let end = h.offset.checked_add(dlen as u64);
+        // Primary bounds: the slot's message area.
+        let Some(end) = end.filter(|&e| e <= slot.area.len() as u64) else {
+            self.stats.refused_bounds += 1;
+            return Ok(());
+        };
+        let key_fail = |revoked: &std::collections::HashSet<u64>, st: &mut Stats| {
+            if revoked.contains(&h.key) {
+                st.refused_revoked += 1
+            } else {
+                st.refused_key += 1
+            }
+        };
+        if fast {
+            if h.key != slot.key {
+                key_fail(&self.revoked, &mut self.stats);
+                return Ok(());
+            }
+            if mlen != 0 {
+                self.stats.refused_malformed += 1;
+                return Ok(());
+            }
+        } else {
+            let Some(e) = slot.meta.get(h.meta_index as usize) else {
+                self.stats.refused_malformed += 1;
+                return Ok(());
+            };
+            match slot.mode {
+                Mode::Normal => {
+                    if h.key != slot.key {
+                        key_fail(&self.revoked, &mut self.stats);
+                        return Ok(());
+                    }
+                }
+                Mode::Paranoid | Mode::ParanoidOneShot => {
+                    if e.key == 0 || h.key != e.key {
+                        key_fail(&self.revoked, &mut self.stats);
+                        return Ok(());
+                    }
+                    if h.offset < e.lo || end > e.hi {
+                        self.stats.refused_bounds += 1;
+                        return Ok(());
+                    }
+                    if slot.mode == Mode::ParanoidOneShot && e.armed == 0 {
+                        self.stats.refused_one_shot += 1;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        // Accepted: place the data, then the metadata.
+        let ring = &self.inc[from as usize].ring;
+        let off = h.offset as usize;
+        ring.read(at + mlen, &mut slot.area[off..off + dlen])?;
+        self.stats.packets += 1;
+        let notify = if fast {
+            true
+        } else {
+            let e = &mut slot.meta[h.meta_index as usize];
+            if h.flags & F_FIRST != 0 && e.acc != 0 {
+                self.stats.reordered += 1;
+            }
+            if mlen > 0 {
+                ring.read(at, &mut e.user[..mlen])?;
+                e.meta_len = mlen as u32;
+            }
+            e.bytes += dlen as u64;
+            let done = if h.delta == 0 {
+                true
+            } else {
+                e.acc = e.acc.wrapping_add(h.delta);
+                e.acc == 0
+            };
+            if done && slot.mode == Mode::ParanoidOneShot {
+                e.armed = 0;
+            }
+            done
+        };
+        if notify {
+            self.notify(NqEntry {
+                wrap: false,
+                slot: h.slot,
+                meta_index: h.meta_index,
+                word: h.word,
+                from,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends to the notification queue at the interface's cursor (§2.6).
+    fn notify(&mut self, mut e: NqEntry) {
+        e.wrap = self.nq_wrap;
+        self.nq[self.nq_tail] = e;
+        self.nq_tail += 1;
+        if self.nq_tail == self.nq.len() {
+            self.nq_tail = 0;
+            self.nq_wrap = !self.nq_wrap;
+        }
+        self.nq_written += 1;
+        self.stats.notifications += 1;
+    }
+
+    /// `h_recv` (§3.2): the next notification queue entry, if a message has arrived. The
+    /// application's cursor and wrap flag find it (§2.6: the entry is new when its wrap flag
+    /// matches the application's).
+    pub fn h_recv(&mut self) -> Result<Option<NqEntry>> {
+        let e = self.nq[self.nq_head];
+        if e.wrap != self.app_wrap {
+            self.poll_links()?;
+        }
+        let e = self.nq[self.nq_head];
+        if e.wrap != self.app_wrap {
+            return Ok(None);
+        }
+        self.nq_head += 1;
+        if self.nq_head == self.nq.len() {
+            self.nq_head = 0;
+            self.app_wrap = !self.app_wrap;
+        }
+        self.nq_read += 1;
+        Ok(Some(e))
+    }
+
+    /// The application's notification queue cursor and wrap flag.
+    pub fn nq_cursor(&self) -> (usize, bool) {
+        (self.nq_head, self.app_wrap)
+    }
+
+    /// `h_recv_block` (§3.2): waits for a message up to `timeout` (`None`: forever). With
+    /// [`Config::wakeup`], a receiver past its spinning phase tells its senders it sleeps and
+    /// each sends one notification per sleep (coalesced); the sleep is bounded by
+    /// [`crate::wait::MAX_NAP`], which also bounds a wake-up lost to the race between the
+    /// announcement and a packet already written.
+    pub fn h_recv_block(&mut self, timeout: Option<Duration>) -> Result<NqEntry> {
+        let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
+        let mut w = Waiter::new();
+        loop {
+            if let Some(e) = self.h_recv()? {
+                return Ok(e);
+            }
+            self.pump()?;
+            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
+                return Err(Error::Timeout);
+            }
+            if self.cfg.wakeup && w.sleepy() {
+                self.sleep_once()?;
+            } else {
+                w.relax();
+            }
+        }
+    }
+
+    fn sleep_once(&mut self) -> Result<()> {
+        self.sleep_epoch = self.sleep_epoch.wrapping_add(1);
+        let epoch = self.sleep_epoch;
+        for from in 0..self.inc.len() {
+            if self.inc[from].credit.is_none() && self.inc[from].consumed == 0 {
+                continue;
+            }
+            if self.inc[from].credit.is_none() {
+                self.give_credit(from)?;
+            }
+            if let Some(p) = &self.inc[from].credit {
+                let _ = p.send(4, &epoch.to_ne_bytes());
+            }
+        }
+        let seen = *self.wake.count.lock().unwrap_or_else(|e| e.into_inner());
+        if self.poll_links()? > 0 {
+            return Ok(());
+        }
+        self.stats.sleeps += 1;
+        let g = self.wake.count.lock().unwrap_or_else(|e| e.into_inner());
+        if *g == seen {
+            let _ = self
+                .wake
+                .cv
+                .wait_timeout(g, crate::wait::MAX_NAP)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    // ----- bootstrap channel (§6.3) -----
+
+    /// Sends `bytes` (one packet) to the manager of `dest` on the well-known bootstrap channel
+    /// that §6.3 leaves to the OS: how seeds and first tickets reach a new peer.
+    pub fn send_boot(&mut self, dest: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > self.cfg.packet_size {
+            return Err(Error::TooLarge("a bootstrap message is one packet"));
+        }
+        if dest as usize >= self.out.len() {
+            return Err(Error::InvalidArgument("no such rank"));
+        }
+        self.drain_queue()?;
+        self.wait_room(dest)?;
+        let hdr = Header {
+            flags: F_BOOT,
+            len: bytes.len() as u32,
+            ..Default::default()
+        };
+        self.put_packet(dest, hdr, &[bytes])
+    }
+
+    /// Waits for the next bootstrap message from `from`.
+    pub fn recv_boot(&mut self, from: u32) -> Result<Vec<u8>> {
+        if from as usize >= self.inc.len() {
+            return Err(Error::InvalidArgument("no such rank"));
+        }
+        let mut w = Waiter::new();
+        loop {
+            self.poll_links()?;
+            if let Some(b) = self.inc[from as usize].boot.pop_front() {
+                return Ok(b);
+            }
+            self.pump()?;
+            if w.due() {
+                if let Err(e) = self.check_peer(from) {
+                    // What it sent before it went is still good.
+                    self.poll_links()?;
+                    return self.inc[from as usize].boot.pop_front().ok_or(e);
+                }
+            }
+            w.relax();
+        }
+    }
+
+    // ----- receive classes (§3.3) -----
+
+    /// A new receive class (the library's receiver end points record arrivals by class).
+    pub fn new_class(&mut self) -> u64 {
+        self.classes.push(VecDeque::new());
+        (self.classes.len() - 1) as u64
+    }
+
+    /// `poll_nowait` (§3.3): the next arrival for `class`. Notification entries for other
+    /// classes met on the way are recorded in their classes' arrival queues.
+    pub fn poll_class(&mut self, class: u64) -> Result<Option<NqEntry>> {
+        if let Some(e) = self
+            .classes
+            .get_mut(class as usize)
+            .ok_or(Error::NoSuch("receive class"))?
+            .pop_front()
+        {
+            return Ok(Some(e));
+        }
+        while let Some(e) = self.h_recv()? {
+            let c = self.class_of(&e);
+            if c == class {
+                return Ok(Some(e));
+            }
+            if let Some(q) = self.classes.get_mut(c as usize) {
+                q.push_back(e);
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Hamlyn::poll_class`], waiting up to `timeout`; gives up with `PeerLost` when `peer`
+    /// (the one sender of a connection) is gone.
+    pub fn wait_class(
+        &mut self,
+        class: u64,
+        timeout: Option<Duration>,
+        peer: Option<u32>,
+    ) -> Result<NqEntry> {
+        let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
+        let mut w = Waiter::new();
+        loop {
+            if let Some(e) = self.poll_class(class)? {
+                return Ok(e);
+            }
+            self.pump()?;
+            if w.due() {
+                if deadline.is_some_and(|d| now_ns() >= d) {
+                    return Err(Error::Timeout);
+                }
+                if let Some(p) = peer {
+                    if let Err(e) = self.check_peer(p) {
+                        // What arrived before the death is still good.
+                        if let Some(e) = self.poll_class(class)? {
+                            return Ok(e);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            w.relax();
+        }
+    }
+
+    fn class_of(&self, e: &NqEntry) -> u64 {
+        let Ok(sl) = self.slot(e.slot) else { return 0 };
+        if e.is_fast() {
+            sl.fast_class
+        } else {
+            sl.meta.get(e.meta_index as usize).map_or(0, |m| m.class)
+        }
+    }
+
+    /// Whether a sender is alive.
+    pub fn peer_alive(&self, r: u32) -> bool {
+        self.check_peer(r).is_ok()
+    }
+
+    /// Waits, taking packets meanwhile, until `done(self)` holds (or `peer` dies).
+    pub fn wait_until(
+        &mut self,
+        peer: Option<u32>,
+        mut done: impl FnMut(&mut Hamlyn) -> Result<bool>,
+    ) -> Result<()> {
+        let mut w = Waiter::new();
+        loop {
+            self.pump()?;
+            if done(self)? {
+                return Ok(());
+            }
+            self.poll_links()?;
+            if w.due() {
+                if let Some(p) = peer {
+                    self.check_peer(p)?;
+                }
+            }
+            w.relax();
+        }
+    }
+
+    /// Waits until every queued message has left and every link's packets were taken by the
+    /// receivers (before a process exits, so that its rings stay mapped long enough).
+    pub fn flush(&mut self) -> Result<()> {
+        self.drain_queue()?;
+        for d in 0..self.out.len() as u32 {
+            let mut w = Waiter::new();
+            while self.room(d) < self.cfg.ring_cells
+                && self.out[d as usize].ring.is_some()
+                && self.peer_alive(d)
+            {
+                self.poll_links()?;
+                // The receiver credits every quarter ring: it may hold the rest until it
+                // takes more packets, so a full flush is best effort.
+                if self.room(d) + self.layout.cells / 4 >= self.cfg.ring_cells {
+                    break;
+                }
+                w.relax();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes one packet into the link's ring: the payload pieces, then the header with the
+/// sequence word last. Short packets go out as one deliberate update built in the staging
+/// buffer (direct I/O); long aligned pieces go straight from the sender's memory ("DMA"),
+/// followed by the header. VMMC keeps the updates of one link in order, so the receiver
+/// that sees the sequence word sees the whole packet.
+fn put_packet_split(h: &mut Hamlyn, dest: u32, mut hdr: Header, pieces: &[&[u8]]) -> Result<()> {
+    if h.out[dest as usize].ring.is_none() {
+        h.ring_proxy(dest)?;
+    }
+    let o = &mut h.out[dest as usize];
+    let cell = o.sent as usize % h.layout.cells;
+    o.sent = o.sent.wrapping_add(1);
+    hdr.seq = o.sent;
+    let mut notify = false;
+    if h.cfg.wakeup {
+        let epoch = o.credit.load_u32(4)?;
+        if epoch != o.notified_epoch {
+            o.notified_epoch = epoch;
+            notify = true;
+            h.stats.wakeups_sent += 1;
+        }
+    }
+    let proxy = o.ring.as_ref().expect("imported");
+    let plen = hdr.len as usize;
+    let start = h.layout.payload_at(cell, plen);
+    let stage = &mut h.stage;
+    stage.clear();
+    let mut dst = start;
+    let direct = plen <= h.cfg.direct_max;
+    for p in pieces {
+        let mut p: &[u8] = p;
+        if direct || p.len() < 256 {
+            stage.extend_from_slice(p);
+            continue;
+        }
+        // Top the staged bytes up to a word, send them, then the word-aligned bulk directly.
+        let fill = (4 - stage.len() % 4) % 4;
+        let fill = fill.min(p.len());
+        stage.extend_from_slice(&p[..fill]);
+        p = &p[fill..];
+        if !stage.is_empty() && stage.len().is_multiple_of(4) {
+            proxy.send(dst, stage)?;
+            dst += stage.len();
+            stage.clear();
+        }
+        if stage.is_empty() {
+            let bulk = p.len() & !3;
+            if bulk > 0 {
+                proxy.send(dst, &p[..bulk])?;
+                dst += bulk;
+            }
+            stage.extend_from_slice(&p[bulk..]);
+        } else {
+            stage.extend_from_slice(p);
+        }
+    }
+    // Pad the rest of the payload to a word; then the header, the sequence word last.
+    stage.resize(pad4(stage.len()), 0);
+    debug_assert_eq!(dst + stage.len(), h.layout.header_at(cell));
+    stage.extend_from_slice(&hdr.encode());
+    let r = proxy.send_with(
+        dst,
+        stage,
+        WriteOpts {
+            notify,
+            ..Default::default()
+        },
+    );
+    h.stats.packets_sent += 1;
+    r.map_err(Error::from)
+}

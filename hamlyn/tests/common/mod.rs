@@ -1,0 +1,875 @@
+//! The scenarios, written once and run on shm (real processes) and on the simulated SHRIMP
+//! (threads in virtual time).
+#![allow(dead_code)]
+
+use hamlyn::protocols::{
+    send_datagram, tagged_write, DatagramReceiver, Seed, StreamReceiver, StreamSender,
+    TaggedReceiver,
+};
+use hamlyn::wire::{Header, FAST_INDEX, F_FIRST};
+use hamlyn::{
+    group_values, split_value, Config, Error, Gather, Hamlyn, Mode, Result, SendOpts, Ticket,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LONG: Option<Duration> = Some(Duration::from_secs(30));
+
+/// `send_boot`, retried while a non-blocking interface says `WouldBlock`.
+fn send_boot(h: &mut Hamlyn, to: u32, b: &[u8]) -> Result<()> {
+    let mut w = hamlyn::wait::Waiter::new();
+    loop {
+        match h.send_boot(to, b) {
+            Err(Error::WouldBlock(_)) => {
+                h.poll_links()?;
+                w.relax();
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Everybody meets at rank 0 (over the bootstrap channel).
+pub fn barrier(h: &mut Hamlyn) -> Result<()> {
+    if h.rank() == 0 {
+        for r in 1..h.size() as u32 {
+            assert_eq!(h.recv_boot(r)?, b"b");
+        }
+        for r in 1..h.size() as u32 {
+            send_boot(h, r, b"B")?;
+        }
+    } else {
+        send_boot(h, 0, b"b")?;
+        assert_eq!(h.recv_boot(0)?, b"B");
+    }
+    Ok(())
+}
+
+fn pattern(seed: u32, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) as u8 ^ (i >> 9) as u8)
+        .collect()
+}
+
+/// Datagrams of every size class (direct I/O, one packet, several packets) carrying a reply
+/// ticket; the receiver replies with the ticket that came in the message.
+pub fn datagram_ping_pong(h: &mut Hamlyn) -> Result<()> {
+    let sizes = [0usize, 4, 60, 256, 257, 4000, 4096, 10_000, 70_000];
+    let mut rx = DatagramReceiver::new(h, 80_000, Mode::Normal)?;
+    if h.rank() == 0 {
+        // Rank 1 learns our ticket through the bootstrap channel only once.
+        h.send_boot(1, &rx.ticket(h)?.to_bytes())?;
+        for (i, &n) in sizes.iter().enumerate() {
+            let d = rx.receive_block(h, LONG)?;
+            assert_eq!(
+                rx.data(h, &d)?,
+                &pattern(i as u32, n)[..],
+                "datagram {i} of {n} bytes"
+            );
+            assert_eq!(d.from, 1);
+            let reply = d.reply.expect("a reply ticket in the message");
+            assert_eq!(reply.dest, 1);
+            send_datagram(h, &reply, &pattern(100 + i as u32, n), Some(&rx.ticket(h)?))?;
+        }
+    } else if h.rank() == 1 {
+        let to = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let mine = rx.ticket(h)?;
+        for (i, &n) in sizes.iter().enumerate() {
+            send_datagram(h, &to, &pattern(i as u32, n), Some(&mine))?;
+            let d = rx.receive_block(h, LONG)?;
+            assert_eq!(
+                rx.data(h, &d)?,
+                &pattern(100 + i as u32, n)[..],
+                "reply {i}"
+            );
+            assert_eq!(d.reply, Some(to), "the reply carries the first ticket back");
+        }
+    }
+    barrier(h)
+}
+
+/// Packets of each message sent in a permuted order ([`Config::permute`]) are reassembled by
+/// the packet accumulator: one notification per message, only when all of it arrived.
+pub fn permuted_reassembly(h: &mut Hamlyn) -> Result<()> {
+    const MSGS: usize = 20;
+    let len = 37 * 256 + 100;
+    if h.rank() == 0 {
+        let slot = h.create_slot(len * MSGS, MSGS, Mode::Normal)?;
+        let t = h.range_ticket(slot, 0, MSGS as u32)?;
+        h.send_boot(1, &t.to_bytes())?;
+        let mut seen = [false; MSGS];
+        for _ in 0..MSGS {
+            let e = h.h_recv_block(LONG)?;
+            let i = e.meta_index as usize;
+            assert!(!seen[i], "message {i} notified twice");
+            seen[i] = true;
+            let want = pattern(i as u32, len);
+            assert_eq!(h.meta(slot, i as u32)?.metadata(), &[i as u8; 7]);
+            assert!(
+                h.area(slot)?[i * len..(i + 1) * len] == want[..],
+                "message {i} complete when notified"
+            );
+        }
+        let st = h.stats();
+        assert_eq!(st.refused(), 0, "{st:?}");
+        assert!(
+            st.reordered > 0,
+            "the test mode must really deliver first packets late: {st:?}"
+        );
+    } else if h.rank() == 1 {
+        assert!(h.config().permute.is_some());
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        for i in 0..MSGS {
+            let opts = SendOpts {
+                meta_index: Some(i as u32),
+                ..Default::default()
+            };
+            h.h_send_msg(
+                &t,
+                (i * len) as u64,
+                &pattern(i as u32, len),
+                &[i as u8; 7],
+                opts,
+            )?;
+        }
+    }
+    barrier(h)
+}
+
+pub fn permuted_config() -> Config {
+    Config {
+        packet_size: 256,
+        ring_cells: 16,
+        permute: Some(0x5eed),
+        ..Config::default()
+    }
+}
+
+/// Group receive (§2.5): three senders with initial values summing to 2^32 write parts of one
+/// message; the receiver is notified once, after the last packet. The third sender delegates
+/// its value to two messages (splitting it).
+pub fn group_receive(h: &mut Hamlyn) -> Result<()> {
+    assert_eq!(h.size(), 4);
+    let part = 9 * 1024 + 12;
+    if h.rank() == 0 {
+        let slot = h.create_slot(3 * part, 1, Mode::Normal)?;
+        let t = h.ticket(slot, 0, 0, 3 * part as u64)?;
+        let vals = group_values(3);
+        for r in 1..4u32 {
+            let mut b = t.to_bytes().to_vec();
+            b.extend_from_slice(&vals[r as usize - 1].to_le_bytes());
+            h.send_boot(r, &b)?;
+        }
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!((e.slot, e.meta_index), (slot, 0));
+        let area = h.area(slot)?;
+        for r in 0..3 {
+            assert!(
+                area[r * part..(r + 1) * part] == pattern(r as u32, part)[..],
+                "part of sender {} complete at the notification",
+                r + 1
+            );
+        }
+        // Packets: parts of 9 KiB + 12 in 4 KiB packets (3 each), the third in two messages of
+        // two packets.
+        let packets = h.stats().packets;
+        assert_eq!(packets, 3 + 3 + 2 + 2, "{:?}", h.stats());
+        for r in 1..4 {
+            assert_eq!(h.recv_boot(r)?, b"sent");
+        }
+        h.poll_links()?;
+        assert_eq!(h.h_recv()?, None, "one notification for the whole group");
+        assert_eq!(h.stats().notifications, 1);
+    } else {
+        let b = h.recv_boot(0)?;
+        let t = Ticket::from_bytes(&b)?;
+        let y = u32::from_le_bytes(b[44..48].try_into().unwrap());
+        let r = h.rank() as usize - 1;
+        let data = pattern(r as u32, part);
+        let at = (r * part) as u64;
+        if h.rank() == 3 {
+            // Delegation: two messages whose values sum to ours.
+            let ys = split_value(y, 2);
+            let half = part / 2;
+            h.h_send_msg(
+                &t,
+                at,
+                &data[..half],
+                &[],
+                SendOpts {
+                    counter: ys[0],
+                    ..Default::default()
+                },
+            )?;
+            h.h_send_msg(
+                &t,
+                at + half as u64,
+                &data[half..],
+                &[],
+                SendOpts {
+                    counter: ys[1],
+                    ..Default::default()
+                },
+            )?;
+        } else {
+            h.h_send_msg(
+                &t,
+                at,
+                &data,
+                &[],
+                SendOpts {
+                    counter: y,
+                    ..Default::default()
+                },
+            )?;
+        }
+        h.send_boot(0, b"sent")?;
+    }
+    barrier(h)
+}
+
+/// Protection (§2.2, §2.7): wrong key, out of the slot's bounds, out of a paranoid entry's
+/// bounds, another entry's key and a revoked key are refused by the receiving side with
+/// nothing written, and counted; revoking one sender's key leaves the other sender working.
+/// Ranks: 0 receives, 1 misbehaves, 2 behaves.
+pub fn protection(h: &mut Hamlyn) -> Result<()> {
+    assert_eq!(h.size(), 3);
+    if h.rank() == 0 {
+        let normal = h.create_slot(4096, 1, Mode::Normal)?;
+        let par = h.create_slot(8192, 2, Mode::Paranoid)?;
+        let k1 = h.set_entry_bounds(par, 0, 0, 4096)?;
+        let k2 = h.set_entry_bounds(par, 1, 4096, 8192)?;
+        assert_ne!(k1, k2);
+        let tn = h.ticket(normal, 0, 0, 4096)?;
+        let t1 = h.ticket(par, 0, 0, 4096)?;
+        let t2 = h.ticket(par, 1, 4096, 8192)?;
+        let mut b1 = tn.to_bytes().to_vec();
+        b1.extend_from_slice(&t1.to_bytes());
+        h.send_boot(1, &b1)?;
+        h.send_boot(2, &t2.to_bytes())?;
+        // Round 1: rank 1's attempts, then its good message.
+        assert_eq!(h.recv_boot(1)?, b"round1");
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!((e.slot, e.meta_index), (par, 0));
+        let st = h.stats();
+        assert_eq!(st.refused_key, 2, "{st:?}");
+        assert_eq!(st.refused_bounds, 2, "{st:?}");
+        assert_eq!(st.refused_malformed, 1, "{st:?}");
+        assert_eq!(st.notifications, 1, "{st:?}");
+        assert!(
+            h.area(normal)?.iter().all(|&b| b == 0),
+            "nothing written to the normal slot"
+        );
+        let a = h.area(par)?;
+        assert!(a[..64].iter().all(|&b| b == 1) && a[64..].iter().all(|&b| b == 0));
+        // Round 2: rank 1 is cut off; rank 2 is not.
+        h.revoke_entry(par, 0)?;
+        h.send_boot(1, b"revoked")?;
+        assert_eq!(h.recv_boot(1)?, b"round2");
+        h.send_boot(2, b"go")?;
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!((e.slot, e.meta_index, e.from), (par, 1, 2));
+        assert_eq!(h.h_recv()?, None);
+        let st = h.stats();
+        assert_eq!(st.refused_revoked, 1, "{st:?}");
+        let a = h.area(par)?;
+        assert!(
+            a[..64].iter().all(|&b| b == 1),
+            "rank 1's revoked write left no trace"
+        );
+        assert!(a[64..4096].iter().all(|&b| b == 0));
+        assert!(a[4096..4096 + 100].iter().all(|&b| b == 2));
+    } else if h.rank() == 1 {
+        let b = h.recv_boot(0)?;
+        let tn = Ticket::from_bytes(&b)?;
+        let t1 = Ticket::from_bytes(&b[44..])?;
+        let o = SendOpts::default();
+        // The sending library checks nothing: every packet goes out.
+        let bad_key = Ticket {
+            key: tn.key ^ 1,
+            ..tn
+        };
+        h.h_send_msg(&bad_key, 0, &[9; 100], &[], o)?;
+        h.h_send_msg(&tn, 4000, &[9; 200], &[], o)?; // beyond the slot
+        h.h_send_msg(&t1, 5000, &[9; 10], &[], o)?; // in the slot, beyond entry 0's bounds
+        h.h_send_msg(
+            &Ticket {
+                meta_index: 1,
+                ..t1
+            },
+            4096,
+            &[9; 10],
+            &[],
+            o,
+        )?; // entry 1, our key
+        h.h_send_msg(&Ticket { slot: 77, ..tn }, 0, &[9; 10], &[], o)?; // no such slot
+        h.h_send_msg(&t1, 0, &[1; 64], &[], o)?; // good
+        h.send_boot(0, b"round1")?;
+        // A sender reaches only its own ring: another sender's ring cannot be imported.
+        let ep = h.endpoint().clone();
+        let r0 = ep.proc_of(0).unwrap();
+        match ep.import(r0, hamlyn::arch::RING_BUF_BASE + 2) {
+            Err(vmmc::Error::PermissionDenied(_)) => {}
+            other => panic!("importing rank 2's ring at rank 0: {other:?}"),
+        }
+        assert_eq!(h.recv_boot(0)?, b"revoked");
+        h.h_send_msg(&t1, 0, &[7; 64], &[], o)?;
+        h.send_boot(0, b"round2")?;
+    } else {
+        let t2 = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        assert_eq!(h.recv_boot(0)?, b"go");
+        h.h_send_msg(&t2, 4096, &[2; 100], &[], SendOpts::default())?;
+    }
+    barrier(h)
+}
+
+/// paranoid_one_shot (§2.7): an entry takes one message, refuses the next until re-armed,
+/// then takes exactly one more.
+pub fn one_shot(h: &mut Hamlyn) -> Result<()> {
+    if h.rank() == 0 {
+        let slot = h.create_slot(4096, 1, Mode::ParanoidOneShot)?;
+        let mark = TaggedReceiver::new(h, 64)?;
+        let mut b = h.ticket(slot, 0, 0, 4096)?.to_bytes().to_vec();
+        b.extend_from_slice(&mark.ticket(h)?.to_bytes());
+        h.send_boot(1, &b)?;
+        let mut mark = mark;
+        for round in 0..2u8 {
+            mark.get_specific_tag(h, round as u32, LONG)?;
+            // The tagged receiver's polling recorded other arrivals in the raw class (0).
+            let e = h.poll_class(0)?.expect("the first message");
+            assert_eq!((e.slot, e.meta_index), (slot, 0));
+            assert_eq!(h.poll_class(0)?, None, "the second message is not notified");
+            let st = h.stats();
+            assert_eq!(st.refused_one_shot, 2 * (round as u64 + 1), "{st:?}");
+            let a = h.area(slot)?;
+            assert!(
+                a[..3000].iter().all(|&x| x == 10 * round + 1),
+                "round {round}: first message only"
+            );
+            h.rearm(slot, 0)?;
+            h.send_boot(1, b"rearmed")?;
+        }
+    } else if h.rank() == 1 {
+        let b = h.recv_boot(0)?;
+        let t = Ticket::from_bytes(&b)?;
+        let mark = Ticket::from_bytes(&b[44..])?;
+        for round in 0..2u8 {
+            // Two packets each (4 KiB packets): both refused in the second message.
+            h.h_send_msg(
+                &t,
+                0,
+                &[10 * round + 1; 3000],
+                &[1; 20],
+                SendOpts::default(),
+            )?;
+            h.h_send_msg(
+                &t,
+                0,
+                &[10 * round + 2; 4080],
+                &[1; 20],
+                SendOpts::default(),
+            )?;
+            tagged_write(h, &mark, 0, &[0; 4], round as u32)?;
+            assert_eq!(h.recv_boot(0)?, b"rearmed");
+        }
+    }
+    barrier(h)
+}
+
+/// Notification queue wrap-around (§2.6): a queue of 8 entries, many laps of tagged remote
+/// writes; the receiver's cursor and wrap flag find every entry, in order; a sender that
+/// outruns the receiver is held back, nothing is lost.
+pub fn nq_wrap(h: &mut Hamlyn) -> Result<()> {
+    const N: u32 = 2000;
+    if h.rank() == 0 {
+        let mut rx = TaggedReceiver::new(h, 4096)?;
+        h.send_boot(1, &rx.ticket(h)?.to_bytes())?;
+        let mut flips = 0;
+        let mut wrap = h.nq_cursor().1;
+        for i in 0..N {
+            let mut w = hamlyn::wait::Waiter::new();
+            let tag = loop {
+                if let Some(t) = rx.get_tag(h)? {
+                    break t;
+                }
+                w.relax();
+            };
+            assert_eq!(tag, i, "tags in order on one link");
+            let (_, f) = h.nq_cursor();
+            if f != wrap {
+                flips += 1;
+                wrap = f;
+            }
+            let v = u32::from_le_bytes(
+                rx.area(h)?[(i as usize % 64) * 4..][..4]
+                    .try_into()
+                    .unwrap(),
+            );
+            assert_eq!(v, i);
+        }
+        assert_eq!(flips, N / 8, "one wrap flag flip per lap");
+        assert_eq!(h.stats().notifications, N as u64);
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        for i in 0..N {
+            tagged_write(h, &t, (i as u64 % 64) * 4, &i.to_le_bytes(), i)?;
+        }
+    }
+    barrier(h)
+}
+
+pub fn small_nq_config() -> Config {
+    Config {
+        notify_queue: 8,
+        ring_cells: 8,
+        ..Config::default()
+    }
+}
+
+/// A stream of `total` bytes in order, every byte checked, records received in place and
+/// released; the sender mixes small writes (coalesced) and large ones.
+pub fn stream(h: &mut Hamlyn, total: usize) -> Result<()> {
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::new(h, 4 << 20, 16)?;
+        h.send_boot(1, &rx.make_seed(h)?.to_bytes())?;
+        let mut got = 0usize;
+        let mut records = 0;
+        while got < total {
+            let r = rx.receive_block(h, LONG)?;
+            let d = rx.data(h, &r)?;
+            for (i, &b) in d.iter().enumerate() {
+                let at = got + i;
+                if b != byte_at(at) {
+                    panic!("stream byte {at}: {b} != {}", byte_at(at));
+                }
+            }
+            got += d.len();
+            records += 1;
+            rx.release(h, &r)?;
+        }
+        assert_eq!(got, total);
+        assert!(records > 2);
+    } else if h.rank() == 1 {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        let mut at = 0usize;
+        let mut k = 0usize;
+        let mut buf = Vec::new();
+        while at < total {
+            // 7 B, 100 B, 3000 B (coalesced), 1 MiB + 3 (as is), ...
+            let n = [7, 100, 3000, (1 << 20) + 3, 65_536][k % 5].min(total - at);
+            buf.clear();
+            buf.extend((at..at + n).map(byte_at));
+            tx.send(h, &buf)?;
+            at += n;
+            k += 1;
+        }
+        tx.close(h)?;
+    }
+    barrier(h)
+}
+
+fn byte_at(i: usize) -> u8 {
+    (i as u32).wrapping_mul(2_654_435_761).rotate_right(13) as u8
+}
+
+/// A sender that dies mid-stream is reported to the receiver (after every record it sent),
+/// and the receiver goes on serving another sender. Ranks: 0 receives, 1 dies, 2 sends
+/// datagrams.
+pub fn dead_sender(h: &mut Hamlyn) -> Result<()> {
+    assert_eq!(h.size(), 3);
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::new(h, 1 << 20, 8)?;
+        let mut dg = DatagramReceiver::new(h, 1024, Mode::Normal)?;
+        h.send_boot(1, &rx.make_seed(h)?.to_bytes())?;
+        h.send_boot(2, &dg.ticket(h)?.to_bytes())?;
+        let mut n = 0;
+        let err = loop {
+            match rx.receive_block(h, LONG) {
+                Ok(r) => {
+                    assert_eq!(rx.data(h, &r)?, &[n as u8; 1000][..]);
+                    n += 1;
+                    rx.release(h, &r)?;
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, Error::PeerLost(_)), "{err}");
+        assert_eq!(n, 5, "every record sent before the death");
+        // Unharmed: the other sender's datagrams still arrive.
+        h.send_boot(2, b"go")?;
+        for i in 0..3u8 {
+            let d = dg.receive_block(h, LONG)?;
+            assert_eq!(dg.data(h, &d)?, &[i; 33][..]);
+            if i < 2 {
+                h.send_boot(2, b"next")?;
+            }
+        }
+        println!("receiver saw: {err}");
+    } else if h.rank() == 1 {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        for i in 0..5u8 {
+            tx.send(h, &[i; 1000])?;
+            tx.flush(h)?;
+        }
+        vmmc::conformance::die();
+    } else {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        assert_eq!(h.recv_boot(0)?, b"go");
+        for i in 0..3u8 {
+            send_datagram(h, &t, &[i; 33], None)?;
+            // One datagram at a time: the receiver instance has no queue.
+            if i < 2 {
+                assert_eq!(h.recv_boot(0)?, b"next");
+            }
+        }
+        return Ok(());
+    }
+    Ok(())
+}
+
+/// Packets forged by a sender straight into its own ring (which it may write: its pages are
+/// mapped into it on shm) are refused by the receiving side with nothing written: a length
+/// over the packet size, metadata over 60 bytes, an offset that overflows, a guessed key, a
+/// metadata index beyond the area, fast mode with metadata. The link goes on working.
+pub fn forged_packets(h: &mut Hamlyn) -> Result<()> {
+    if h.rank() == 0 {
+        let slot = h.create_slot(4096, 2, Mode::Normal)?;
+        h.send_boot(1, &h.ticket(slot, 0, 0, 4096)?.to_bytes())?;
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!(
+            (e.slot, e.meta_index),
+            (slot, 1),
+            "only the good packet is notified"
+        );
+        let st = h.stats();
+        assert_eq!(st.refused_malformed, 4, "{st:?}");
+        assert_eq!(st.refused_bounds, 1, "{st:?}");
+        assert_eq!(st.refused_key, 1, "{st:?}");
+        assert_eq!(st.packets, 1, "{st:?}");
+        let a = h.area(slot)?;
+        assert!(a[..8].iter().all(|&b| b == 5), "the good packet's data");
+        assert!(a[8..].iter().all(|&b| b == 0), "nothing else written");
+        assert_eq!(h.meta(slot, 0)?.meta_len, 0, "no metadata written");
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let good = Header {
+            slot: t.slot,
+            meta_index: 0,
+            key: t.key,
+            offset: 0,
+            delta: 0,
+            flags: F_FIRST,
+            len: 8,
+            meta_len: 0,
+            word: 0,
+            seq: 0,
+        };
+        let pay = [9u8; 8];
+        h.forge_packet(
+            0,
+            Header {
+                len: 1 << 30,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_len: 61,
+                len: 64,
+                ..good
+            },
+            &[9; 64],
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                offset: u64::MAX - 2,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                key: t.key.wrapping_add(1),
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: 2,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: FAST_INDEX,
+                meta_len: 4,
+                ..good
+            },
+            &pay,
+        )?;
+        h.forge_packet(
+            0,
+            Header {
+                meta_index: 1,
+                ..good
+            },
+            &[5; 8],
+        )?;
+    }
+    barrier(h)
+}
+
+/// The send terminus (§2.3, §2.8) with gather lists over send buffer areas: without blocking,
+/// a sender whose receiver does not take packets fills its link, then its work queue, then
+/// gets `WouldBlock`; the completion word then advances in order as the receiver drains, and
+/// the send buffers come back to the application. `stop` is shared by the nodes (sim only:
+/// the receiver must not take packets until the sender saw `WouldBlock`).
+pub fn terminus_back_pressure(h: &mut Hamlyn, stop: &AtomicUsize) -> Result<()> {
+    let part = 3000;
+    if h.rank() == 0 {
+        let slot = h.create_slot(64 * 2 * part, 64, Mode::Normal)?;
+        h.send_boot(1, &h.range_ticket(slot, 0, 64)?.to_bytes())?;
+        let mut w = hamlyn::wait::Waiter::new();
+        let n = loop {
+            match stop.load(Ordering::Acquire) {
+                0 => {
+                    assert!(h.peer_alive(1), "the sender is gone");
+                    w.relax();
+                }
+                n => break n,
+            }
+        };
+        let mut seen = 0;
+        while seen < n {
+            let e = h.h_recv_block(LONG)?;
+            let i = e.meta_index as usize;
+            let a = &h.area(slot)?[i * 2 * part..(i + 1) * 2 * part];
+            assert!(a[..part] == pattern(1, part)[..], "message {i}, first part");
+            assert!(
+                a[part..] == pattern(2, part)[..],
+                "message {i}, second part"
+            );
+            assert_eq!(h.meta(slot, i as u32)?.metadata(), &[i as u8; 3]);
+            seen += 1;
+        }
+    } else if h.rank() == 1 {
+        assert!(!h.config().block);
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        h.set_send_buffer(0, pattern(1, part).into())?;
+        h.set_send_buffer(1, pattern(2, 2 * part).into())?;
+        let list = [
+            Gather {
+                tag: 0,
+                offset: 0,
+                len: part,
+            },
+            Gather {
+                tag: 1,
+                offset: 0,
+                len: part,
+            },
+        ];
+        let mut handles = Vec::new();
+        let err = loop {
+            let i = handles.len() as u32;
+            let opts = SendOpts {
+                meta_index: Some(i),
+                ..Default::default()
+            };
+            match h.h_send_gather(
+                &t,
+                (i as usize * 2 * part) as u64,
+                &list,
+                &[i as u8; 3],
+                opts,
+            ) {
+                Ok(hd) => handles.push(hd),
+                Err(e) => break e,
+            }
+            assert!(handles.len() < 64, "the terminus must push back");
+        };
+        assert!(matches!(err, Error::WouldBlock(_)), "{err}");
+        // Two messages of two packets fill the 4-cell link; three more fill the queue.
+        assert_eq!(
+            handles.len(),
+            2 + h.config().work_queue,
+            "queue full behind a full link"
+        );
+        assert!(!h.is_sent(handles[2]) && h.is_sent(handles[1]));
+        assert_eq!(h.completed(), 2);
+        stop.store(handles.len(), Ordering::Release);
+        let mut w = hamlyn::wait::Waiter::new();
+        while !handles.iter().all(|&hd| h.is_sent(hd)) {
+            h.pump()?;
+            w.relax();
+        }
+        assert_eq!(h.completed(), handles.last().unwrap().0 + 1);
+        let mut b = h.take_send_buffer(0).expect("tag 0");
+        assert!(
+            Arc::get_mut(&mut b).is_some(),
+            "the terminus let go of the send buffer"
+        );
+    }
+    barrier(h)
+}
+
+pub fn back_pressure_config() -> Config {
+    Config {
+        block: false,
+        ring_cells: 4,
+        work_queue: 3,
+        ..Config::default()
+    }
+}
+
+/// Blocking wake-up (§2.6): a receiver asleep in `h_recv_block` is woken by one notification
+/// per sleep from its sender (coalesced), and gets every message.
+pub fn wakeup(h: &mut Hamlyn) -> Result<()> {
+    assert!(h.config().wakeup);
+    const N: usize = 5;
+    if h.rank() == 0 {
+        let slot = h.create_slot(64, 1, Mode::Normal)?;
+        h.send_boot(1, &h.ticket(slot, 0, 0, 64)?.to_bytes())?;
+        assert_eq!(h.recv_boot(1)?, b"ready");
+        for i in 0..N {
+            let e = h.h_recv_block(LONG)?;
+            assert_eq!(e.slot, slot);
+            assert_eq!(h.area(slot)?[4 * i], i as u8);
+        }
+        let st = h.stats();
+        assert!(st.sleeps > 0, "{st:?}");
+        assert!(h.wakeups_received() > 0, "woken by notifications: {st:?}");
+        println!(
+            "receiver slept {} times, woken {} times",
+            st.sleeps,
+            h.wakeups_received()
+        );
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        h.send_boot(0, b"ready")?;
+        for i in 0..N {
+            // Pacing, not synchronisation: let the receiver fall asleep.
+            std::thread::sleep(Duration::from_millis(30));
+            h.h_send_msg(&t, 4 * i as u64, &[i as u8; 4], &[], SendOpts::default())?;
+        }
+        let sent = h.stats().wakeups_sent;
+        assert!(
+            (1..=N as u64).contains(&sent),
+            "one notification per sleep at most: {sent}"
+        );
+    }
+    barrier(h)
+}
+
+/// Stream flow control (§2.8, §3.3): a sender that runs out of tickets (metadata entries the
+/// receiver has not released) is held back (`WouldBlock` without blocking), keeps its data,
+/// and goes on once the receiver releases; every record arrives once, in order.
+pub fn stream_out_of_tickets(h: &mut Hamlyn) -> Result<()> {
+    assert!(!h.config().block);
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::new(h, 1 << 16, 4)?;
+        h.send_boot(1, &rx.make_seed(h)?.to_bytes())?;
+        assert_eq!(h.recv_boot(1)?, b"full");
+        for i in 0..5u8 {
+            let r = rx.receive_block(h, LONG)?;
+            assert_eq!(rx.data(h, &r)?, &[i; 100][..], "record {i}");
+            rx.release(h, &r)?;
+        }
+        assert!(matches!(rx.receive_block(h, LONG), Err(Error::Closed)));
+    } else if h.rank() == 1 {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        // The hello and three records take the four tickets.
+        for i in 0..3u8 {
+            tx.send(h, &[i; 100])?;
+            tx.flush(h)?;
+        }
+        tx.send(h, &[3; 100])?;
+        let e = tx.flush(h).unwrap_err();
+        assert!(matches!(e, Error::WouldBlock(_)), "{e}");
+        send_boot(h, 0, b"full")?;
+        let mut w = hamlyn::wait::Waiter::new();
+        let retry = |h: &mut Hamlyn, tx: &mut StreamSender, w: &mut hamlyn::wait::Waiter| loop {
+            match tx.flush(h) {
+                Err(Error::WouldBlock(_)) => {
+                    h.poll_links().expect("poll");
+                    w.relax();
+                }
+                r => return r,
+            }
+        };
+        retry(h, &mut tx, &mut w)?;
+        tx.send(h, &[4; 100])?;
+        retry(h, &mut tx, &mut w)?;
+        loop {
+            match tx.close(h) {
+                Ok(()) => break,
+                Err(Error::WouldBlock(_)) => {
+                    h.poll_links()?;
+                    w.relax();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    barrier(h)
+}
+
+pub fn non_blocking_config() -> Config {
+    Config {
+        block: false,
+        ..Config::default()
+    }
+}
+
+/// The stream receiver's buffer grows as needed (§3.3): an application that holds its
+/// records makes the receiver allocate larger buffers, whose tickets reach the sender, which
+/// goes on there instead of blocking; records stay valid where they arrived.
+pub fn stream_grows(h: &mut Hamlyn) -> Result<()> {
+    const N: u8 = 40;
+    let rec = 8 << 10;
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::growing(h, 64 << 10, 1 << 20, 64)?;
+        h.send_boot(1, &rx.make_seed(h)?.to_bytes())?;
+        let mut held = Vec::new();
+        let mut got = 0;
+        while got < N as usize * rec {
+            let r = rx.receive_block(h, LONG)?;
+            got += r.len;
+            held.push(r);
+        }
+        assert!(rx.grows() >= 2, "grew {} times", rx.grows());
+        // Every record is intact where it arrived (nothing was released, nothing reused).
+        let mut all = Vec::new();
+        for r in &held {
+            all.extend_from_slice(rx.data(h, r)?);
+        }
+        let want: Vec<u8> = (0..N).flat_map(|i| pattern(i as u32, rec)).collect();
+        assert!(
+            all == want,
+            "the stream's bytes across {} buffers",
+            rx.grows() + 1
+        );
+        rx.release(h, held.last().unwrap())?;
+        assert!(matches!(rx.receive_block(h, LONG), Err(Error::Closed)));
+    } else if h.rank() == 1 {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        for i in 0..N {
+            tx.send(h, &pattern(i as u32, rec))?;
+        }
+        tx.close(h)?;
+    }
+    barrier(h)
+}

@@ -1,0 +1,116 @@
+//! Every mechanism across real processes over shared memory.
+
+mod common;
+
+use hamlyn::{Config, Hamlyn};
+use std::time::Duration;
+use vmmc_run::testing::Job;
+
+fn hamlyn(cfg: Config) -> Hamlyn {
+    let ep = vmmc_run::init().expect("join the job");
+    Hamlyn::new(ep, cfg).expect("set up the interface")
+}
+
+fn job(name: &str, ranks: usize, cfg: fn() -> Config, body: fn(&mut Hamlyn) -> hamlyn::Result<()>) {
+    Job::new(name, ranks)
+        .limit(Duration::from_secs(60))
+        .run_ok(|| {
+            let mut h = hamlyn(cfg());
+            body(&mut h).expect("scenario");
+            println!("rank {}: {:?}", h.rank(), h.stats());
+        });
+}
+
+#[test]
+fn datagram_ping_pong() {
+    job(
+        "datagram_ping_pong",
+        2,
+        Config::default,
+        common::datagram_ping_pong,
+    );
+}
+
+#[test]
+fn permuted_reassembly() {
+    job(
+        "permuted_reassembly",
+        2,
+        common::permuted_config,
+        common::permuted_reassembly,
+    );
+}
+
+#[test]
+fn group_receive() {
+    job("group_receive", 4, Config::default, common::group_receive);
+}
+
+#[test]
+fn protection() {
+    job("protection", 3, Config::default, common::protection);
+}
+
+#[test]
+fn one_shot() {
+    job("one_shot", 2, Config::default, common::one_shot);
+}
+
+#[test]
+fn nq_wrap() {
+    job("nq_wrap", 2, common::small_nq_config, common::nq_wrap);
+}
+
+/// 100 MiB in order, every byte checked.
+#[test]
+fn stream_100_mib() {
+    job("stream_100_mib", 2, Config::default, |h| {
+        common::stream(h, 100 << 20)
+    });
+}
+
+/// A sender killed mid-stream is reported; the receiver serves another sender.
+#[test]
+fn dead_sender() {
+    let o = Job::new("dead_sender", 3)
+        .limit(Duration::from_secs(60))
+        .run(|| {
+            let mut h = hamlyn(Config::default());
+            common::dead_sender(&mut h).expect("scenario");
+        });
+    assert_eq!(o.ranks_ok(), 2, "{}", o.report());
+    assert!(o.stdout.contains("receiver saw: peer"), "{}", o.report());
+}
+
+#[test]
+fn forged_packets() {
+    job("forged_packets", 2, Config::default, common::forged_packets);
+}
+
+#[test]
+fn blocking_wakeup() {
+    job(
+        "blocking_wakeup",
+        2,
+        || Config {
+            wakeup: true,
+            ..Config::default()
+        },
+        common::wakeup,
+    );
+}
+
+#[test]
+fn stream_out_of_tickets() {
+    job(
+        "stream_out_of_tickets",
+        2,
+        common::non_blocking_config,
+        common::stream_out_of_tickets,
+    );
+}
+
+#[test]
+fn stream_grows() {
+    job("stream_grows", 2, Config::default, common::stream_grows);
+}
