@@ -31,5 +31,6 @@ target/release/bench-srpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-sockets --quick --out target/bench-smoke >/dev/null
 target/release/bench-svm --quick --out target/bench-smoke >/dev/null
 target/release/bench-oversubscribe --quick --out target/bench-smoke >/dev/null
+target/release/bench-hamlyn --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"
