@@ -30,5 +30,6 @@ target/release/bench-rpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-srpc --quick --out target/bench-smoke >/dev/null
 target/release/bench-sockets --quick --out target/bench-smoke >/dev/null
 target/release/bench-svm --quick --out target/bench-smoke >/dev/null
+target/release/bench-tcp --quick --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"
