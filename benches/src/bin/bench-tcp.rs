@@ -3,9 +3,10 @@
 //! then a one-word acknowledgement), over loopback and, where network namespaces can be made
 //! (root, iproute2), between two namespaces joined by a veth pair. Each contender is a job of
 //! two processes (this program re-run as the ranks: under `vmmc-run -n 2` on loopback, through
-//! `ip netns exec` between namespaces); the contenders alternate for several rounds and each
-//! figure is the median over the rounds. Prints the table and the ratios against kernel TCP
-//! (target: within 1.5x), writes `tcp.json`.
+//! `ip netns exec` between namespaces), with the ranks bound to CPUs (rank k on the k-th, as
+//! `vmmc-run` does by default) and left free to the scheduler; the contenders alternate for
+//! several rounds and each figure is the median over the rounds. Prints the table and the
+//! ratios against kernel TCP (target: within 1.5x), writes `tcp.json`.
 //!
 //! `bench-tcp [--rounds K] [--quick] [--no-netns] [--out DIR]`
 
@@ -23,6 +24,8 @@ use vmmc_benches::stats::median;
 const BULK: usize = 1 << 20;
 /// Size of a latency message.
 const SMALL: usize = 8;
+/// Turns a VMMC rank spins on a flag before it starts yielding.
+const SPIN: u32 = 256;
 
 /// What one job measures: round trips of SMALL bytes, then `bulk` messages of BULK bytes.
 #[derive(Clone, Copy)]
@@ -77,15 +80,20 @@ fn vmmc_rank(w: Work) {
     let r = ep.alloc(BULK + 64, MemKind::Shared).expect("alloc");
     ep.export(1, &r, ExportOptions::new()).expect("export");
     let p = ep.import(peer, 1).expect("import");
+    // Spin briefly, then yield at every turn: the data is placed by this process's progress
+    // thread, which must get a CPU while this one waits (the kernel's ranks sleep in recv).
     let wait = |off: usize, want: u32| {
-        let mut spins = 0u32;
         let mut n = 0u32;
         while r.load_u32(off).expect("in bounds") != want {
             n = n.wrapping_add(1);
-            if n.is_multiple_of(1 << 20) {
+            if n.is_multiple_of(1 << 16) {
                 ep.check_peer(peer).expect("peer lost");
             }
-            vmmc::pace::relax(&mut spins);
+            if n > SPIN {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     };
     let warm = (w.trips / 10).max(10);
@@ -230,12 +238,12 @@ enum Place {
 }
 
 /// One job of `kind` ("vmmc" or "kernel"): returns (one-way µs, MB/s).
-fn job(kind: &str, place: &Place, w: Work) -> Result<(f64, f64), String> {
+fn job(kind: &str, place: &Place, w: Work, bind: &str) -> Result<(f64, f64), String> {
     let limit = Duration::from_secs(120);
     let out = match place {
         Place::Loopback => {
             let mut c = Command::new(me().with_file_name("vmmc-run"));
-            c.args(["-n", "2", "--transport"]);
+            c.args(["-n", "2", "--bind-to", bind, "--transport"]);
             if kind == "vmmc" {
                 c.args(["tcp", "--"]).arg(me()).arg("--vmmc-rank");
             } else {
@@ -249,12 +257,17 @@ fn job(kind: &str, place: &Place, w: Work) -> Result<(f64, f64), String> {
             run_all(vec![c], limit)?
         }
         Place::Netns(n) => {
+            let cpus = allowed_cpus();
             let addr = format!("{}:{}", n.addr[0], 7400 + (std::process::id() % 500));
             let cmds = (0..2)
                 .map(|rank| {
                     let mut c = Command::new("ip");
-                    c.args(["netns", "exec", &n.ns[rank]])
-                        .arg(me())
+                    c.args(["netns", "exec", &n.ns[rank]]);
+                    if bind == "core" {
+                        // As vmmc-run binds: rank k on the k-th CPU.
+                        c.args(["taskset", "-c", &cpus[rank % cpus.len()]]);
+                    }
+                    c.arg(me())
                         .env("VMMC_RANK", rank.to_string())
                         .env("VMMC_SIZE", "2");
                     if kind == "vmmc" {
@@ -273,6 +286,32 @@ fn job(kind: &str, place: &Place, w: Work) -> Result<(f64, f64), String> {
         }
     };
     parse_result(&out)
+}
+
+/// The CPUs this process may run on, as `taskset` names them.
+fn allowed_cpus() -> Vec<String> {
+    let o = Command::new("taskset")
+        .args(["-cp", &std::process::id().to_string()])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // "pid N's current affinity list: 0-1" or "0,2,4-5"
+    let list = o.rsplit(':').next().unwrap_or("").trim().to_string();
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+                    cpus.extend((a..=b).map(|c| c.to_string()));
+                }
+            }
+            None => cpus.push(part.to_string()),
+        }
+    }
+    if cpus.is_empty() {
+        cpus.push("0".into());
+    }
+    cpus
 }
 
 /// Two namespaces joined by a veth pair; removed on drop.
@@ -377,6 +416,10 @@ fn main() {
         }
     };
     let mut places = vec![("loopback", Place::Loopback)];
+    // Placement changes kernel TCP's latency more than anything: a wake-up on the same CPU is
+    // cheap, one across CPUs costs an interrupt. Both contenders run both ways: bound (rank k
+    // on the k-th CPU, as vmmc-run does by default) and left to the scheduler.
+    let binds = ["core", "none"];
     if netns {
         match Netns::make() {
             Ok(n) => places.push(("namespaces", Place::Netns(n))),
@@ -390,14 +433,18 @@ fn main() {
         w.trips, w.bulk
     );
     println!(
-        "{:<11} {:>14} {:>14} {:>7}   {:>14} {:>14} {:>7}",
-        "where", "vmmc 8B us", "kernel 8B us", "ratio", "vmmc MB/s", "kernel MB/s", "ratio"
+        "{:<17} {:>11} {:>13} {:>6}   {:>10} {:>12} {:>6}",
+        "where, ranks", "vmmc 8B us", "kernel 8B us", "ratio", "vmmc MB/s", "kernel MB/s", "ratio"
     );
-    for (name, place) in &places {
+    for ((name, place), bind) in places
+        .iter()
+        .flat_map(|p| binds.iter().map(move |b| (p, *b)))
+    {
+        let row = format!("{name}, {}", if bind == "core" { "bound" } else { "free" });
         let mut got: [[Vec<f64>; 2]; 2] = Default::default();
         for _ in 0..rounds {
             for (k, kind) in ["vmmc", "kernel"].iter().enumerate() {
-                match job(kind, place, w) {
+                match job(kind, place, w, bind) {
                     Ok((lat, bw)) => {
                         got[k][0].push(lat);
                         got[k][1].push(bw);
@@ -414,9 +461,9 @@ fn main() {
         // Latency: ours over theirs (lower is better); bandwidth: theirs over ours, so that
         // both ratios read "how many times worse than kernel TCP" (target <= 1.5).
         let (rl, rb) = (vl / kl, kb / vb);
-        println!("{name:<11} {vl:>14.2} {kl:>14.2} {rl:>7.2}   {vb:>14.0} {kb:>14.0} {rb:>7.2}");
+        println!("{row:<17} {vl:>11.2} {kl:>13.2} {rl:>6.2}   {vb:>10.0} {kb:>12.0} {rb:>6.2}");
         json.push(serde_json::json!({
-            "where": name,
+            "where": name, "ranks": bind,
             "vmmc_oneway_us": vl, "kernel_oneway_us": kl, "latency_ratio": rl,
             "vmmc_mbs": vb, "kernel_mbs": kb, "bandwidth_ratio": rb,
             "rounds": rounds, "round_trips": w.trips, "bulk_mib": w.bulk,
