@@ -532,6 +532,7 @@ fn consume(c: &mut Cur, bytes: &[u8], stage: &mut Vec<u8>) {
 /// The progress engine's work on one connection: reads until the socket is empty.
 fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx) -> Stop {
     let fd = conn.fd();
+    let mut drained = false;
     loop {
         // Frames already in the buffer.
         loop {
@@ -589,15 +590,22 @@ fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx) -> Stop {
             }
             _ => None,
         };
-        let r = match direct {
+        if drained {
+            return Stop::Drained;
+        }
+        let (r, asked) = match direct {
             // SAFETY: the range lies in the buffer being placed (checked on arrival).
-            Some((p, n)) => unsafe { sys::recv_raw(fd, p, n) },
+            Some((p, n)) => (unsafe { sys::recv_raw(fd, p, n) }, n),
             None => {
                 let spare = &mut rx.buf[rx.end..];
                 // SAFETY: our own buffer's spare part.
-                unsafe { sys::recv_raw(fd, spare.as_mut_ptr(), spare.len()) }
+                let n = spare.len();
+                (unsafe { sys::recv_raw(fd, spare.as_mut_ptr(), n) }, n)
             }
         };
+        // A short read emptied the socket: parse what came, then wait for the next edge
+        // (data arriving after this read raises one) instead of asking again.
+        drained = matches!(r, Ok(n) if n > 0 && n < asked);
         match r {
             Ok(0) => {
                 return Stop::Gone(if conn.saw_bye.load(Ordering::Acquire) {
