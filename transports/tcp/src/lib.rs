@@ -379,8 +379,9 @@ impl Shared {
         self.notes_cv.notify_one();
     }
 
-    /// Places a whole message already in hand (redirectable buffers and writes to oneself).
-    fn place(&self, e: &Entry, offset: usize, data: &[u8], notify: bool) -> Result<()> {
+    /// Places a whole message already in hand (redirectable buffers and writes to oneself)
+    /// without raising its notification.
+    fn deliver(&self, e: &Entry, offset: usize, data: &[u8]) -> Result<()> {
         if e.redirectable {
             e.redir.deliver(offset, data, REDIR_CHUNK, |p| {
                 match p {
@@ -400,13 +401,6 @@ impl Shared {
             // SAFETY: the range was checked against the buffer on arrival.
             unsafe { vmmc::transport::copy_ordered(e.base.add(offset), data) };
         }
-        self.placed(
-            e,
-            offset,
-            data.len(),
-            &data[data.len() - WORD_SIZE..],
-            notify,
-        );
         Ok(())
     }
 
@@ -685,10 +679,20 @@ fn finish_frame(sh: &Shared, c: Cur, stage: &mut Vec<u8>) {
             // SAFETY: the last word of the checked range; word-aligned (checked), valid while
             // `b` is held.
             unsafe { AtomicU32::from_ptr(b.0.base.add(at).cast()).store(v, Ordering::Release) };
-            sh.placed(&b.0, c.h.offset as usize, c.h.len as usize, &c.last, notify);
+            let e = b.0.clone();
+            // Out of the busy section before queueing the notification: waiting for room in
+            // the queue must never hold up an unexport.
+            drop(b);
+            sh.placed(&e, c.h.offset as usize, c.h.len as usize, &c.last, notify);
         }
         Dest::Stage(b) => {
-            let _ = sh.place(&b.0, c.h.offset as usize, stage, notify);
+            let e = b.0.clone();
+            let placed = sh.deliver(&e, c.h.offset as usize, stage).is_ok();
+            drop(b);
+            if placed {
+                let last = &stage[stage.len() - WORD_SIZE..];
+                sh.placed(&e, c.h.offset as usize, stage.len(), last, notify);
+            }
             stage.clear();
             if stage.capacity() > RX_BUF {
                 *stage = Vec::new();
@@ -977,8 +981,14 @@ impl TcpTransport {
     fn mesh(env: &BootEnv, l: &TcpListener, addrs: &[String]) -> Result<Vec<Option<Arc<Conn>>>> {
         let mut socks: Vec<Option<TcpStream>> = (0..env.size).map(|_| None).collect();
         for (r, a) in addrs.iter().enumerate().take(env.rank) {
-            let mut s = TcpStream::connect(a.as_str())
-                .map_err(|e| Error::Bootstrap(format!("cannot connect to rank {r} at {a}: {e}")))?;
+            let mut s = a
+                .parse()
+                .map_err(|e| Error::Bootstrap(format!("rank {r}'s address {a:?}: {e}")))
+                .and_then(|sa| {
+                    TcpStream::connect_timeout(&sa, Duration::from_secs(10)).map_err(|e| {
+                        Error::Bootstrap(format!("cannot connect to rank {r} at {a}: {e}"))
+                    })
+                })?;
             let h = Header {
                 kind: kind::HELLO,
                 key: MAGIC,
@@ -1509,10 +1519,15 @@ impl RemoteTcp {
             key: self.key,
             offset: offset as u64,
         };
-        match self.sh.admit(self.sh.rank, &h) {
-            Some(b) => self.sh.place(&b.0, offset, data, notify),
-            None => Err(Error::Unexported),
-        }
+        let Some(b) = self.sh.admit(self.sh.rank, &h) else {
+            return Err(Error::Unexported);
+        };
+        let e = b.0.clone();
+        self.sh.deliver(&e, offset, data)?;
+        drop(b);
+        let last = &data[data.len() - WORD_SIZE..];
+        self.sh.placed(&e, offset, data.len(), last, notify);
+        Ok(())
     }
 }
 

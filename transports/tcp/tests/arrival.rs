@@ -108,6 +108,15 @@ fn killed(_t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
     let mut sync = Sync::new(ep)?;
     let r = ctx(ep.alloc(1 << 16, MemKind::Shared), "alloc")?;
     ctx(ep.export(9, &r, ExportOptions::new()), "export")?;
+    // Rank 0 links to both before rank 1 can be killed (it is, once the barrier is passed).
+    let links = if ep.rank() == 0 {
+        Some((
+            ctx(ep.import(ctx(ep.proc_of(1), "rank")?, 9), "import")?,
+            ctx(ep.import(ctx(ep.proc_of(2), "rank")?, 9), "import")?,
+        ))
+    } else {
+        None
+    };
     sync.barrier()?;
     match ep.rank() {
         1 => {
@@ -117,8 +126,7 @@ fn killed(_t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
             }
         }
         0 => {
-            let victim = ctx(ep.import(ctx(ep.proc_of(1), "rank")?, 9), "import")?;
-            let other = ctx(ep.import(ctx(ep.proc_of(2), "rank")?, 9), "import")?;
+            let (victim, other) = links.expect("rank 0 imported");
             let start = Instant::now();
             let data = vec![7u8; 1 << 16];
             let err = loop {
@@ -163,6 +171,43 @@ fn rank0_hosts(t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
     sync.barrier()
 }
 
+/// A rank imports its own buffer: writes are placed at once, with the same checks, the
+/// notification is raised, and unexport breaks the link.
+fn self_import(t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
+    let r = ctx(ep.alloc(64, MemKind::Shared), "alloc")?;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    ctx(
+        ep.export(
+            3,
+            &r,
+            ExportOptions::new().handler(move |n| s2.lock().expect("log").push(n)),
+        ),
+        "export",
+    )?;
+    let p = ctx(ep.import(ep.me(), 3), "import my own buffer")?;
+    let before = t.stats().frames_sent;
+    ctx(p.send_notify(8, &[7u8; 8]), "send to myself")?;
+    if ctx(r.load_u32(12), "read")? != 0x0707_0707 {
+        return Err("the write to myself did not land".into());
+    }
+    vmmc::conformance::wait_for(ep, None, "the notification", || {
+        !seen.lock().expect("log").is_empty()
+    })?;
+    let n = seen.lock().expect("log")[0];
+    if (n.buf, n.offset, n.value) != (3, 12, 0x0707_0707) {
+        return Err(format!("notification {n:?}"));
+    }
+    if t.stats().frames_sent != before {
+        return Err("a write to myself went through a socket".into());
+    }
+    ctx(ep.unexport(3), "unexport")?;
+    match p.send(0, &[1; 4]) {
+        Err(Error::Unexported) => Ok(()),
+        other => Err(format!("send after unexport: {other:?}")),
+    }
+}
+
 type Body = fn(&Arc<TcpTransport>, &Endpoint) -> Check;
 
 fn body(name: &str) -> Body {
@@ -170,6 +215,7 @@ fn body(name: &str) -> Body {
         "refused" => refused,
         "killed" => killed,
         "rank0_hosts" => rank0_hosts,
+        "self_import" => self_import,
         _ => panic!("no case {name}"),
     }
 }
@@ -288,6 +334,15 @@ fn main() {
         let (_rv, mut kids) = spawn("rank0_hosts", 2, false);
         report(
             "rank0_hosts_the_rendezvous",
+            t,
+            all_ok(&wait_all(&mut kids)),
+        );
+    }
+    if "a_rank_writes_its_own_buffer".contains(&filter) {
+        let t = Instant::now();
+        let (_rv, mut kids) = spawn("self_import", 1, true);
+        report(
+            "a_rank_writes_its_own_buffer",
             t,
             all_ok(&wait_all(&mut kids)),
         );
