@@ -242,6 +242,9 @@ struct Conn {
     acked_cv: Condvar,
     state: AtomicU32,
     saw_bye: AtomicBool,
+    /// The rendezvous reported the peer gone (ENDED or LOST): the progress engine reads what
+    /// the connection still holds, then marks it.
+    reported: AtomicU32,
 }
 
 impl Conn {
@@ -357,6 +360,8 @@ struct Shared {
     acks_cv: Condvar,
     stats: Counters,
     stop: AtomicBool,
+    /// Wakes the progress engine.
+    waker: Waker,
 }
 
 impl Shared {
@@ -592,8 +597,8 @@ fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx) -> Stop {
             Some((p, n)) => (unsafe { sys::recv_raw(fd, p, n) }, n),
             None => {
                 let spare = &mut rx.buf[rx.end..];
-                // SAFETY: our own buffer's spare part.
                 let n = spare.len();
+                // SAFETY: our own buffer's spare part.
                 (unsafe { sys::recv_raw(fd, spare.as_mut_ptr(), n) }, n)
             }
         };
@@ -721,21 +726,40 @@ fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
+        let gone = |r: usize, rx: &mut Vec<Option<Rx>>, how: u32| {
+            let Some(conn) = &sh.conns[r] else { return };
+            // A frame cut short releases its buffer (unexport must not wait for it).
+            rx[r] = None;
+            let _ = poll.registry().deregister(&mut SourceFd(&conn.fd()));
+            let _ = conn.sock.shutdown(Shutdown::Both);
+            conn.mark(how);
+        };
         for ev in events.iter() {
             let r = ev.token().0;
             if ev.token() == WAKE {
+                // Peers the rendezvous reported gone: place what their connection holds (a
+                // peer that left cleanly had every byte acknowledged first), then mark them.
+                for (r, c) in sh.conns.iter().enumerate() {
+                    let Some(c) = c else { continue };
+                    let how = c.reported.swap(ALIVE, Ordering::SeqCst);
+                    if how == ALIVE {
+                        continue;
+                    }
+                    if let Some(state) = rx[r].as_mut() {
+                        if let Stop::Gone(h) = read_conn(&sh, c, state) {
+                            gone(r, &mut rx, h);
+                        } else {
+                            gone(r, &mut rx, how);
+                        }
+                    }
+                }
                 continue;
             }
             let (Some(conn), Some(state)) = (&sh.conns[r], rx[r].as_mut()) else {
                 continue;
             };
             if let Stop::Gone(how) = read_conn(&sh, conn, state) {
-                // A frame cut short releases its buffer (unexport must not wait for it).
-                state.cur = None;
-                rx[r] = None;
-                let _ = poll.registry().deregister(&mut SourceFd(&conn.fd()));
-                let _ = conn.sock.shutdown(Shutdown::Both);
-                conn.mark(how);
+                gone(r, &mut rx, how);
             }
         }
     }
@@ -784,7 +808,6 @@ pub struct TcpTransport {
     requests: Mutex<HashMap<u64, (usize, BufId)>>,
     next_key: AtomicU64,
     consumer: Mutex<()>,
-    waker: Waker,
     threads: Mutex<Vec<JoinHandle<()>>>,
     own_rendezvous: Option<server::Rendezvous>,
     finished: AtomicBool,
@@ -931,6 +954,7 @@ impl TcpTransport {
             acks_cv: Condvar::new(),
             stats: Counters::default(),
             stop: AtomicBool::new(false),
+            waker,
         });
         let replies: Arc<(Mutex<Replies>, Condvar)> = Arc::default();
         let mut threads = Vec::new();
@@ -970,7 +994,6 @@ impl TcpTransport {
             requests: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(((env.rank as u64) << 40) | 1),
             consumer: Mutex::new(()),
-            waker,
             threads: Mutex::new(threads),
             own_rendezvous: own,
             finished: AtomicBool::new(false),
@@ -1043,6 +1066,7 @@ impl TcpTransport {
                         acked_cv: Condvar::new(),
                         state: AtomicU32::new(ALIVE),
                         saw_bye: AtomicBool::new(false),
+                        reported: AtomicU32::new(ALIVE),
                     }))
                 })
                 .transpose()
@@ -1151,7 +1175,11 @@ fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>
         match Msg::recv(&s) {
             Ok(Some(Msg::Gone { rank, crashed })) => {
                 if let Some(Some(c)) = sh.conns.get(rank as usize) {
-                    c.mark(if crashed { LOST } else { ENDED });
+                    // Not at once: the rendezvous may overtake the data connection, whose
+                    // frames sent before the peer left must be placed first.
+                    c.reported
+                        .store(if crashed { LOST } else { ENDED }, Ordering::SeqCst);
+                    let _ = sh.waker.wake();
                 }
             }
             Ok(Some(msg)) => {
@@ -1474,7 +1502,7 @@ impl Transport for TcpTransport {
             }
         }
         self.sh.stop.store(true, Ordering::SeqCst);
-        let _ = self.waker.wake();
+        let _ = self.sh.waker.wake();
         self.sh.acks_cv.notify_all();
         self.sh.space_cv.notify_all();
         for t in std::mem::take(&mut *lock(&self.threads)) {
