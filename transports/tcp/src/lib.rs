@@ -838,19 +838,21 @@ fn connect_retry(addr: &str) -> Result<TcpStream> {
     }
 }
 
-fn tune(s: &TcpStream) -> Result<()> {
+/// Sets TCP_NODELAY and the timers that find a peer host that vanished without a reset
+/// (keepalive probes after 5 s of silence, 1 s apart, 5 of them; and a send that nobody
+/// acknowledges for as long breaks the connection): such a peer is lost within about 10 s.
+pub fn tune(s: &TcpStream) -> Result<()> {
     s.set_nodelay(true)
         .map_err(|e| Error::io("TCP_NODELAY", e))?;
     let r = socket2::SockRef::from(s);
-    // A host that vanishes without a reset is found by keepalive within about 10 s, and a
-    // send that nobody acknowledges for 30 s breaks the connection.
     let ka = socket2::TcpKeepalive::new()
         .with_time(Duration::from_secs(5))
         .with_interval(Duration::from_secs(1))
         .with_retries(5);
     r.set_tcp_keepalive(&ka)
         .map_err(|e| Error::io("SO_KEEPALIVE", e))?;
-    r.set_tcp_user_timeout(Some(Duration::from_secs(30)))
+    // With keepalive on, this also bounds the probing (tcp(7)): keep the two in step.
+    r.set_tcp_user_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| Error::io("TCP_USER_TIMEOUT", e))?;
     Ok(())
 }
@@ -900,8 +902,7 @@ impl TcpTransport {
             }
         };
         let rv = connect_retry(&addr)?;
-        rv.set_nodelay(true)
-            .map_err(|e| Error::io("TCP_NODELAY", e))?;
+        tune(&rv)?;
         // Data connections come in on the address this host reaches the rendezvous from.
         let ip = rv
             .local_addr()

@@ -80,7 +80,8 @@ impl Rendezvous {
                         return;
                     }
                     let Ok(s) = s else { continue };
-                    let _ = s.set_nodelay(true);
+                    // A rank whose host vanishes is found by keepalive, as on data connections.
+                    let _ = crate::tune(&s);
                     let i = i.clone();
                     let _ = std::thread::Builder::new()
                         .name("vmmc-tcp-rendezvous-client".into())

@@ -1,8 +1,9 @@
 //! Two hosts on one machine: network namespaces joined by a veth pair, one rank in each
 //! (started through `ip netns exec`, rank 0 hosting the rendezvous at its own address). The
 //! job must see two nodes, move 4 MiB each way, and the transport's statistics and the veth
-//! counters must show that the bytes crossed TCP between the namespaces. The namespaces are
-//! removed afterwards. Needs root and iproute2; where namespaces cannot be made, the test
+//! counters must show that the bytes crossed TCP between the namespaces. Then a second job
+//! cuts the link under a quiet connection (no reset, no end of stream): keepalive must report
+//! the peer lost within seconds. The namespaces are removed afterwards. Needs root and iproute2; where namespaces cannot be made, the test
 //! says so and skips.
 //!
 //! `cargo test -p vmmc-tcp --test netns`
@@ -69,6 +70,39 @@ fn rank_body() -> Result<(), String> {
     );
     sync.barrier()?;
     drop(ep);
+    Ok(())
+}
+
+/// A rank of the keepalive job: both wait at a barrier, say so, then rank 1 goes quiet and
+/// rank 0 waits for its loss (the harness cuts the link).
+fn keepalive_body() -> Result<(), String> {
+    use std::io::Write;
+    let env = BootEnv::from_env().map_err(|e| e.to_string())?;
+    let t = TcpTransport::connect(&env).map_err(|e| format!("bootstrap: {e}"))?;
+    let ep = Endpoint::new(Arc::new(t)).map_err(|e| e.to_string())?;
+    let mut sync = Sync::new(&ep)?;
+    sync.barrier()?;
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    if ep.rank() == 1 {
+        loop {
+            std::thread::park();
+        }
+    }
+    let peer = ep.proc_of(1).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    // Polls a state the progress engine sets; nothing to wait on.
+    loop {
+        match ep.check_peer(peer) {
+            Err(vmmc::Error::PeerLost(_)) => break,
+            Err(e) => return Err(format!("check_peer: {e}")),
+            Ok(()) if t0.elapsed() > Duration::from_secs(40) => {
+                return Err("a silent peer behind a cut link is still alive after 40 s".into())
+            }
+            Ok(()) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    println!("lost after {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -216,7 +250,87 @@ fn run(h: &Hosts, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The keepalive job: returns what rank 0 printed.
+fn run_keepalive(h: &Hosts) -> Result<String, String> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let rendezvous = format!("{}:7472", h.addr[0]);
+    let mut kids = Vec::new();
+    for rank in 0..2 {
+        let c = Command::new("ip")
+            .args(["netns", "exec", &h.ns[rank]])
+            .arg(&exe)
+            .env(CASE, "keepalive")
+            .env(vars::TRANSPORT, "tcp")
+            .env(vars::RANK, rank.to_string())
+            .env(vars::SIZE, "2")
+            .env(vars::RENDEZVOUS, &rendezvous)
+            .env_remove(vmmc_tcp::RENDEZVOUS_BY)
+            .env_remove(vmmc_tcp::STATS_VAR)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        kids.push(c);
+    }
+    let mut outs: Vec<_> = kids
+        .iter_mut()
+        .map(|k| std::io::BufReader::new(k.stdout.take().expect("piped")))
+        .collect();
+    for (r, o) in outs.iter_mut().enumerate() {
+        let mut line = String::new();
+        let _ = o.read_line(&mut line);
+        if line.trim() != "ready" {
+            for k in kids.iter_mut() {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+            return Err(format!("rank {r} said {line:?}"));
+        }
+    }
+    // Cut the link: packets are dropped, nobody resets or closes anything.
+    ip(&["-n", &h.ns[1], "link", "set", &h.dev[1], "down"])?;
+    let start = Instant::now();
+    let st = loop {
+        if let Some(st) = kids[0].try_wait().map_err(|e| e.to_string())? {
+            break Some(st);
+        }
+        if start.elapsed() > LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for k in kids.iter_mut() {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut outs[0], &mut rest);
+    let mut err = String::new();
+    if let Some(e) = kids[0].stderr.as_mut() {
+        let _ = std::io::Read::read_to_string(e, &mut err);
+    }
+    match st {
+        Some(st) if st.success() => Ok(rest.trim().to_string()),
+        Some(st) => Err(format!("rank 0: {st}: {rest}{err}")),
+        None => Err("rank 0 did not finish".into()),
+    }
+}
+
 fn main() {
+    if std::env::var(CASE).as_deref() == Ok("keepalive") {
+        match keepalive_body() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!(
+                    "rank {}: {e}",
+                    std::env::var(vars::RANK).unwrap_or_default()
+                );
+                std::process::exit(1);
+            }
+        }
+    }
     if std::env::var(CASE).is_ok() {
         match rank_body() {
             Ok(()) => std::process::exit(0),
@@ -243,8 +357,8 @@ fn main() {
     let dir: PathBuf = std::env::temp_dir().join(format!("vmmc-tcp-netns-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let r = run(&hosts, &dir);
-    drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);
+    let mut failed = false;
     match r {
         Ok(()) => println!(
             "test netns::two_namespaces_over_a_veth_pair ... ok ({:.2?})",
@@ -252,7 +366,22 @@ fn main() {
         ),
         Err(e) => {
             println!("test netns::two_namespaces_over_a_veth_pair ... FAILED: {e}");
-            std::process::exit(1);
+            failed = true;
         }
+    }
+    let t = Instant::now();
+    match run_keepalive(&hosts) {
+        Ok(said) => println!(
+            "test netns::a_silent_peer_behind_a_cut_link_is_lost ... ok ({:.2?}: {said})",
+            t.elapsed()
+        ),
+        Err(e) => {
+            println!("test netns::a_silent_peer_behind_a_cut_link_is_lost ... FAILED: {e}");
+            failed = true;
+        }
+    }
+    drop(hosts);
+    if failed {
+        std::process::exit(1);
     }
 }
