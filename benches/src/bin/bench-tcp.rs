@@ -349,11 +349,11 @@ impl Netns {
         ip(&[
             "link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1],
         ])?;
-        for i in 0..2 {
-            ip(&["link", "set", &dev[i], "netns", &n.ns[i]])?;
+        for (i, d) in dev.iter().enumerate() {
+            ip(&["link", "set", d, "netns", &n.ns[i]])?;
             let cidr = format!("{}/24", n.addr[i]);
-            ip(&["-n", &n.ns[i], "addr", "add", &cidr, "dev", &dev[i]])?;
-            ip(&["-n", &n.ns[i], "link", "set", &dev[i], "up"])?;
+            ip(&["-n", &n.ns[i], "addr", "add", &cidr, "dev", d])?;
+            ip(&["-n", &n.ns[i], "link", "set", d, "up"])?;
             ip(&["-n", &n.ns[i], "link", "set", "lo", "up"])?;
         }
         Ok(n)
@@ -451,6 +451,8 @@ fn main() {
                     }
                     Err(e) => {
                         eprintln!("bench-tcp: {kind} on {name}: {e}");
+                        // Through drop: the namespaces must go too.
+                        drop(places);
                         std::process::exit(1);
                     }
                 }

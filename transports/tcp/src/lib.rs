@@ -529,7 +529,10 @@ fn consume(c: &mut Cur, bytes: &[u8], stage: &mut Vec<u8>) {
 }
 
 /// The progress engine's work on one connection: reads until the socket is empty.
-fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx) -> Stop {
+/// With `short_reads`, a read that returns less than asked ends the turn (the next arrival
+/// raises a new edge); without (the peer closed its side: the end of stream is reported by a
+/// read of its own, with no edge after it), reads go on until the socket says so.
+fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx, short_reads: bool) -> Stop {
     let fd = conn.fd();
     let mut drained = false;
     loop {
@@ -604,7 +607,7 @@ fn read_conn(sh: &Shared, conn: &Conn, rx: &mut Rx) -> Stop {
         };
         // A short read emptied the socket: parse what came, then wait for the next edge
         // (data arriving after this read raises one) instead of asking again.
-        drained = matches!(r, Ok(n) if n > 0 && n < asked);
+        drained = short_reads && matches!(r, Ok(n) if n > 0 && n < asked);
         match r {
             Ok(0) => {
                 return Stop::Gone(if conn.saw_bye.load(Ordering::Acquire) {
@@ -746,7 +749,7 @@ fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
                         continue;
                     }
                     if let Some(state) = rx[r].as_mut() {
-                        if let Stop::Gone(h) = read_conn(&sh, c, state) {
+                        if let Stop::Gone(h) = read_conn(&sh, c, state, false) {
                             gone(r, &mut rx, h);
                         } else {
                             gone(r, &mut rx, how);
@@ -758,7 +761,8 @@ fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
             let (Some(conn), Some(state)) = (&sh.conns[r], rx[r].as_mut()) else {
                 continue;
             };
-            if let Stop::Gone(how) = read_conn(&sh, conn, state) {
+            let closing = ev.is_read_closed() || ev.is_error();
+            if let Stop::Gone(how) = read_conn(&sh, conn, state, !closing) {
                 gone(r, &mut rx, how);
             }
         }
