@@ -22,6 +22,8 @@
 //!
 //! Environment: `VMMC_RENDEZVOUS=host:port` names the rendezvous; it is hosted by rank 0 unless
 //! `VMMC_RENDEZVOUS_BY=launcher` says the launcher hosts it (`vmmc-run --transport tcp` does).
+//! A rank 0 that hosts it leaves the job only once every other rank has (as `MPI_Finalize`
+//! waits): the others still need the trusted party.
 //! `VMMC_TCP_STATS=PATH` writes this rank's statistics as JSON at exit (`{rank}` in PATH is
 //! replaced by the rank). Ranks must share byte order (a notification's value is a native word).
 
