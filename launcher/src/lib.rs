@@ -45,10 +45,13 @@ fn verbose() -> bool {
 /// transport is the failure users of other stacks report most.
 fn announce(env: &BootEnv, detail: &str) {
     if verbose() {
-        eprintln!(
-            "vmmc: rank {} of {} runs on transport {}{detail}",
+        use std::io::Write;
+        // One write: ranks share the launcher's stderr, and a formatted print may take several.
+        let line = format!(
+            "vmmc: rank {} of {} runs on transport {}{detail}\n",
             env.rank, env.size, env.transport
         );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 }
 

@@ -257,3 +257,38 @@ fn a_killed_rank_over_tcp_is_reported_to_the_others() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.matches("saw rank 2 go").count(), 2, "{stdout}");
 }
+
+#[test]
+fn runs_under_mpirun_over_tcp() {
+    let which = Command::new("sh")
+        .args(["-c", "command -v mpirun"])
+        .output()
+        .expect("sh");
+    if !which.status.success() {
+        panic!("mpirun is not installed: the test command installs openmpi-bin (see README)");
+    }
+    // A free port for rank 0, which hosts the rendezvous when no vmmc-run does; below the
+    // ephemeral range, so that no connection made meanwhile (mpirun's own) takes it.
+    let base = 20_000 + (std::process::id() % 5_000) as u16;
+    let addr = (0..200)
+        .map(|k| format!("127.0.0.1:{}", base + k))
+        .find(|a| std::net::TcpListener::bind(a.as_str()).is_ok())
+        .expect("a free port");
+    let out = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .args(["-x", "VMMC_TRANSPORT=tcp", "-x", "VMMC_VERBOSE=1"])
+        .args(["-x", &format!("VMMC_RENDEZVOUS={addr}")])
+        .arg(example("ring"))
+        .env_remove("VMMC_RENDEZVOUS_BY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("got token").count(), 3, "{stdout}");
+    assert_eq!(
+        stderr.matches("runs on transport tcp").count(),
+        3,
+        "{stderr}"
+    );
+}
