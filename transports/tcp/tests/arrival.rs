@@ -208,6 +208,36 @@ fn self_import(t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
     }
 }
 
+/// CPU time this process has used (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain data, filled by getrusage.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to our rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// An idle job burns no CPU: the progress engine sleeps in epoll, the core's notification
+/// thread in the transport's queue.
+fn idle(_t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
+    let mut sync = Sync::new(ep)?;
+    sync.barrier()?;
+    let (c0, t0) = (cpu_time(), Instant::now());
+    // The measuring window (nothing to wait for: the point is that nothing happens).
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_time() - c0;
+    let share = used.as_secs_f64() / t0.elapsed().as_secs_f64();
+    sync.barrier()?;
+    if share > 0.02 {
+        return Err(format!(
+            "an idle rank used {used:?} of CPU in {:?}",
+            t0.elapsed()
+        ));
+    }
+    Ok(())
+}
+
 type Body = fn(&Arc<TcpTransport>, &Endpoint) -> Check;
 
 fn body(name: &str) -> Body {
@@ -216,6 +246,7 @@ fn body(name: &str) -> Body {
         "killed" => killed,
         "rank0_hosts" => rank0_hosts,
         "self_import" => self_import,
+        "idle" => idle,
         _ => panic!("no case {name}"),
     }
 }
@@ -346,6 +377,11 @@ fn main() {
             t,
             all_ok(&wait_all(&mut kids)),
         );
+    }
+    if "an_idle_job_burns_no_cpu".contains(&filter) {
+        let t = Instant::now();
+        let (_rv, mut kids) = spawn("idle", 2, true);
+        report("an_idle_job_burns_no_cpu", t, all_ok(&wait_all(&mut kids)));
     }
     if "killed_peer_is_lost_survivors_go_on".contains(&filter) {
         let t = Instant::now();
