@@ -5,8 +5,9 @@
 //! two processes (this program re-run as the ranks: under `vmmc-run -n 2` on loopback, through
 //! `ip netns exec` between namespaces), with the ranks bound to CPUs (rank k on the k-th, as
 //! `vmmc-run` does by default) and left free to the scheduler; the contenders alternate for
-//! several rounds and each figure is the median over the rounds. Prints the table and the
-//! ratios against kernel TCP (target: within 1.5x), writes `tcp.json`.
+//! several rounds and each figure is the median over the rounds. iperf3 (one stream, 1 s),
+//! where installed, runs in each round at the same place. Prints the table and the ratios
+//! against kernel TCP and iperf3 (target: within 1.5x), writes `tcp.json`.
 //!
 //! `bench-tcp [--rounds K] [--quick] [--no-netns] [--out DIR]`
 
@@ -288,6 +289,63 @@ fn job(kind: &str, place: &Place, w: Work, bind: &str) -> Result<(f64, f64), Str
     parse_result(&out)
 }
 
+/// One iperf3 run (one stream, 1 s) where the ranks would run: MB/s received, or `None`
+/// when iperf3 is not installed or fails.
+fn iperf3(place: &Place, bind: &str, port: u16) -> Option<f64> {
+    let cpus = allowed_cpus();
+    let wrap = |i: usize, args: &[&str]| -> Command {
+        let mut c;
+        match place {
+            Place::Loopback => c = Command::new(args[0]),
+            Place::Netns(n) => {
+                c = Command::new("ip");
+                c.args(["netns", "exec", &n.ns[i]]);
+                c.arg(args[0]);
+            }
+        }
+        if bind == "core" {
+            // taskset in front: rebuild with it.
+            let mut t = Command::new("taskset");
+            t.args(["-c", &cpus[i % cpus.len()]]);
+            t.arg(c.get_program());
+            t.args(c.get_args());
+            c = t;
+        }
+        c.args(&args[1..]);
+        c
+    };
+    let host = match place {
+        Place::Loopback => "127.0.0.1".to_string(),
+        Place::Netns(n) => n.addr[0].clone(),
+    };
+    let p = port.to_string();
+    let mut server = wrap(0, &["iperf3", "-s", "-p", &p])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // The server may not listen yet: the client is refused at once then (iperf3 -J exits 0
+    // even so: look at its report), and tries again.
+    let t0 = Instant::now();
+    let got = loop {
+        let o = wrap(1, &["iperf3", "-c", &host, "-p", &p, "-t", "1", "-J"])
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if let Some(bps) = v["end"]["sum_received"]["bits_per_second"].as_f64() {
+            break Some(bps / 8.0 / 1e6);
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            eprintln!("bench-tcp: iperf3: {}", v["error"]);
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    got
+}
+
 /// The CPUs this process may run on, as `taskset` names them.
 fn allowed_cpus() -> Vec<String> {
     let o = Command::new("taskset")
@@ -433,8 +491,16 @@ fn main() {
         w.trips, w.bulk
     );
     println!(
-        "{:<17} {:>11} {:>13} {:>6}   {:>10} {:>12} {:>6}",
-        "where, ranks", "vmmc 8B us", "kernel 8B us", "ratio", "vmmc MB/s", "kernel MB/s", "ratio"
+        "{:<17} {:>11} {:>13} {:>6}   {:>10} {:>12} {:>6}   {:>11} {:>6}",
+        "where, ranks",
+        "vmmc 8B us",
+        "kernel 8B us",
+        "ratio",
+        "vmmc MB/s",
+        "kernel MB/s",
+        "ratio",
+        "iperf3 MB/s",
+        "ratio"
     );
     for ((name, place), bind) in places
         .iter()
@@ -442,7 +508,16 @@ fn main() {
     {
         let row = format!("{name}, {}", if bind == "core" { "bound" } else { "free" });
         let mut got: [[Vec<f64>; 2]; 2] = Default::default();
-        for _ in 0..rounds {
+        let mut iperf: Vec<f64> = Vec::new();
+        for round in 0..rounds {
+            // A port free here (below the ephemeral range; fresh namespaces have them all).
+            let base = 21_000 + (std::process::id() % 4_000) as u16 + 10 * round as u16;
+            let port = (base..base + 10)
+                .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+                .unwrap_or(base);
+            if let Some(v) = iperf3(place, bind, port) {
+                iperf.push(v);
+            }
             for (k, kind) in ["vmmc", "kernel"].iter().enumerate() {
                 match job(kind, place, w, bind) {
                     Ok((lat, bw)) => {
@@ -463,15 +538,25 @@ fn main() {
         // Latency: ours over theirs (lower is better); bandwidth: theirs over ours, so that
         // both ratios read "how many times worse than kernel TCP" (target <= 1.5).
         let (rl, rb) = (vl / kl, kb / vb);
-        println!("{row:<17} {vl:>11.2} {kl:>13.2} {rl:>6.2}   {vb:>10.0} {kb:>12.0} {rb:>6.2}");
+        let ip = (!iperf.is_empty()).then(|| median(&mut iperf));
+        let (ips, ipr) = match ip {
+            Some(v) => (format!("{v:.0}"), format!("{:.2}", v / vb)),
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{row:<17} {vl:>11.2} {kl:>13.2} {rl:>6.2}   {vb:>10.0} {kb:>12.0} {rb:>6.2}   \
+             {ips:>11} {ipr:>6}"
+        );
         json.push(serde_json::json!({
-            "where": name, "ranks": bind,
+            "where": name, "ranks": bind, "iperf3_mbs": ip,
             "vmmc_oneway_us": vl, "kernel_oneway_us": kl, "latency_ratio": rl,
             "vmmc_mbs": vb, "kernel_mbs": kb, "bandwidth_ratio": rb,
             "rounds": rounds, "round_trips": w.trips, "bulk_mib": w.bulk,
         }));
     }
-    println!("ratios: vmmc/kernel for latency, kernel/vmmc for bandwidth (target <= 1.5)");
+    println!(
+        "ratios: vmmc/kernel for latency, kernel/vmmc and iperf3/vmmc for bandwidth (target <= 1.5)"
+    );
     drop(places);
     let _ = std::fs::create_dir_all(&out);
     let path = out.join("tcp.json");
