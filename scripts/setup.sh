@@ -4,13 +4,13 @@
 # (bindgen, for mpi-sys), a C compiler (the C API test), gfortran (the test of libnx's Fortran
 # bindings), and rpcbind, libtirpc, rpcgen and the rpcsvc .x files (the SunRPC
 # interoperability tests), and the unmodified programs the socket
-# interposer is tested with (sockperf, iperf3, redis, netcat, nginx, curl). Idempotent: skips
-# what is there.
+# interposer is tested with (sockperf, iperf3, redis, netcat, nginx, curl), and iproute2 (the
+# tcp transport's test across network namespaces). Idempotent: skips what is there.
 set -euo pipefail
 need=()
 for pkg in libopenmpi-dev openmpi-bin clang libclang-dev pkg-config gcc libc6-dev gfortran \
     rpcbind libtirpc-dev rpcsvc-proto libnsl-dev \
-    sockperf iperf3 redis-server redis-tools netcat-openbsd nginx-light curl; do
+    sockperf iperf3 redis-server redis-tools netcat-openbsd nginx-light curl iproute2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -14,6 +14,9 @@ totals=$(grep -E '^(test result: .*|conformance: [0-9]+ passed, [0-9]+ failed)' 
   sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/; s/^conformance: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/' |
   awk '{p+=$1; f+=$2} END {print p, f}')
 rm -f "$log"
+# The libraries' job tests again over the tcp transport, chosen by the environment alone.
+VMMC_TRANSPORT=tcp cargo test --all-features -p nx --test rust_api -p rpc --test vrpc \
+  -p srpc --test every -p svm --test shm -p sockets --test job
 # Descriptors above 65535 need a hard RLIMIT_NOFILE above 150000: that test runs where the
 # limit can be raised (CAP_SYS_RESOURCE), and says why where it cannot.
 if (ulimit -Hn 200000) 2>/dev/null; then
@@ -32,5 +35,6 @@ target/release/bench-sockets --quick --out target/bench-smoke >/dev/null
 target/release/bench-svm --quick --out target/bench-smoke >/dev/null
 target/release/bench-oversubscribe --quick --out target/bench-smoke >/dev/null
 target/release/bench-hamlyn --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
+target/release/bench-tcp --quick --out target/bench-smoke >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"

@@ -32,7 +32,28 @@ use vmmc::bootstrap::BootEnv;
 use vmmc::{Endpoint, Error, Result};
 
 /// The transports this build knows.
-pub const TRANSPORTS: &[&str] = &["shm", "sim"];
+pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp"];
+
+/// Set to 1 to have every rank say on stderr which transport it runs on.
+pub const VERBOSE_VAR: &str = "VMMC_VERBOSE";
+
+fn verbose() -> bool {
+    std::env::var(VERBOSE_VAR).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Says which transport the job runs on (`VMMC_VERBOSE=1`): a silent fall-back to another
+/// transport is the failure users of other stacks report most.
+fn announce(env: &BootEnv, detail: &str) {
+    if verbose() {
+        use std::io::Write;
+        // One write: ranks share the launcher's stderr, and a formatted print may take several.
+        let line = format!(
+            "vmmc: rank {} of {} runs on transport {}{detail}\n",
+            env.rank, env.size, env.transport
+        );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
 
 /// Where the simulator writes its run statistics (JSON), when set.
 pub const SIM_STATS_VAR: &str = "VMMC_SIM_STATS";
@@ -44,8 +65,9 @@ pub fn init() -> Result<Endpoint> {
 
 /// Joins the job described by `env`.
 pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
-    match env.transport.as_str() {
+    let ep = match env.transport.as_str() {
         "shm" => Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(env)?)),
+        "tcp" => Endpoint::new(Arc::new(vmmc_tcp::TcpTransport::connect(env)?)),
         "sim" => Err(Error::Bootstrap(
             "the sim transport runs every node as a thread of one process: start the program \
              through vmmc_run::run"
@@ -55,7 +77,13 @@ pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
             "transport {other:?} is not built in (this build has: {})",
             TRANSPORTS.join(", ")
         ))),
-    }
+    }?;
+    let detail = match (env.transport.as_str(), &env.rendezvous) {
+        ("tcp", Some(rv)) => format!(" (rendezvous {rv}, host {})", ep.my_host_name()),
+        _ => String::new(),
+    };
+    announce(env, &detail);
+    Ok(ep)
 }
 
 /// Runs `body` as this job's program: once in this process with its endpoint (shm and other
@@ -71,6 +99,10 @@ where
     if env.transport != "sim" {
         return body(init_with(&env)?);
     }
+    announce(
+        &env,
+        &format!(" ({} nodes as threads of this process)", env.size),
+    );
     let sim = vmmc_sim::Sim::new(env.size, vmmc_sim::Params::from_env()?)?;
     let outcomes = sim.run(body);
     if let Ok(path) = std::env::var(SIM_STATS_VAR) {

@@ -197,3 +197,98 @@ fn sigterm_to_the_launcher_reaches_the_ranks() {
     );
     assert!(t.elapsed().as_secs() < 30, "the ranks were not stopped");
 }
+
+#[test]
+fn runs_over_tcp_chosen_by_flag_or_environment_and_says_so() {
+    let ring = example("ring");
+    let r = ring.to_str().unwrap();
+    let by_flag = Command::new(launcher())
+        .args(["-n", "3", "--transport", "tcp", "--", r])
+        .env("VMMC_VERBOSE", "1")
+        .output()
+        .unwrap();
+    let by_env = Command::new(launcher())
+        .args(["-n", "2", "--", r])
+        .env("VMMC_TRANSPORT", "tcp")
+        .env("VMMC_VERBOSE", "1")
+        .output()
+        .unwrap();
+    for (out, n) in [(by_flag, 3), (by_env, 2)] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(err.matches("runs on transport tcp").count(), n, "{err}");
+        assert!(!err.contains("transport shm"), "{err}");
+    }
+    // No silent fall-back: an unknown transport in the environment is an error.
+    let out = Command::new(launcher())
+        .args(["-n", "1", "--", r])
+        .env("VMMC_TRANSPORT", "carrier-pigeon")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown transport"));
+    // And a program started alone with it says what it lacks.
+    let out = Command::new(example("ring"))
+        .env("VMMC_TRANSPORT", "carrier-pigeon")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not built in"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_killed_rank_over_tcp_is_reported_to_the_others() {
+    let fail = example("fail");
+    let out = Command::new(launcher())
+        .args(["-n", "3", "--transport", "tcp", "--"])
+        .args([fail.to_str().unwrap(), "kill", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 9),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("saw rank 2 go").count(), 2, "{stdout}");
+}
+
+#[test]
+fn runs_under_mpirun_over_tcp() {
+    let which = Command::new("sh")
+        .args(["-c", "command -v mpirun"])
+        .output()
+        .expect("sh");
+    if !which.status.success() {
+        panic!("mpirun is not installed: the test command installs openmpi-bin (see README)");
+    }
+    // A free port for rank 0, which hosts the rendezvous when no vmmc-run does; below the
+    // ephemeral range, so that no connection made meanwhile (mpirun's own) takes it.
+    let base = 20_000 + (std::process::id() % 5_000) as u16;
+    let addr = (0..200)
+        .map(|k| format!("127.0.0.1:{}", base + k))
+        .find(|a| std::net::TcpListener::bind(a.as_str()).is_ok())
+        .expect("a free port");
+    let out = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .args(["-x", "VMMC_TRANSPORT=tcp", "-x", "VMMC_VERBOSE=1"])
+        .args(["-x", &format!("VMMC_RENDEZVOUS={addr}")])
+        .arg(example("ring"))
+        .env_remove("VMMC_RENDEZVOUS_BY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("got token").count(), 3, "{stdout}");
+    assert_eq!(
+        stderr.matches("runs on transport tcp").count(),
+        3,
+        "{stderr}"
+    );
+}

@@ -41,7 +41,10 @@ fn same(got: &[u8], want: &[u8], what: &str) {
 }
 
 fn ring_body() {
-    let nx = nx();
+    ring(nx());
+}
+
+fn ring(nx: Nx) {
     let (me, n) = (nx.mynode(), nx.numnodes());
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
@@ -89,6 +92,22 @@ fn ring_of_three_du2_and_small_threshold() {
             ("NX_SLOTS", "4"),
         ],
         ring_body,
+    );
+}
+
+/// The same program over the tcp transport, chosen by the environment alone (the launcher
+/// reads `VMMC_TRANSPORT`): every rank checks it really runs on tcp.
+#[test]
+fn ring_of_three_over_tcp() {
+    as_job(
+        "ring_of_three_over_tcp",
+        3,
+        &[("VMMC_TRANSPORT", "tcp"), ("NX_SMALL", "du")],
+        || {
+            let ep = vmmc_run::init().expect("join the job");
+            assert_eq!(ep.transport_name(), "tcp", "the job runs on tcp");
+            ring(Nx::new(ep).expect("join NX"));
+        },
     );
 }
 

@@ -1,7 +1,9 @@
-//! `vmmc-run -n N [--transport shm|sim] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
-//! party (the rendezvous) for the job, and exits non-zero if any rank fails. A rank that dies
+//! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
+//! `--transport`, the transport is `VMMC_TRANSPORT` from the environment, else shm. Over tcp
+//! the rendezvous listens on `--rendezvous HOST:PORT` (default: a free loopback port). A rank that dies
 //! is reported to the others (their operations on it fail with "peer lost"); the job's shared
 //! memory is anonymous (memfd) and goes away with its last user, and the rendezvous directory
 //! is removed at exit, also when ranks crash.
@@ -20,9 +22,12 @@ struct Args {
     /// Number of processes.
     #[arg(short = 'n', long = "np", default_value_t = 1)]
     n: usize,
-    /// Transport.
-    #[arg(long, default_value = "shm")]
-    transport: String,
+    /// Transport (default: `VMMC_TRANSPORT`, else shm).
+    #[arg(long)]
+    transport: Option<String>,
+    /// Where the tcp transport's rendezvous listens (default 127.0.0.1:0, a free port).
+    #[arg(long)]
+    rendezvous: Option<String>,
     /// Prefix every output line with "[rank] ".
     #[arg(long)]
     tag_output: bool,
@@ -104,26 +109,67 @@ fn run_sim(args: &Args) -> Result<ExitCode, String> {
     })
 }
 
-fn run(args: Args) -> Result<ExitCode, String> {
+/// The job's trusted party: the shm rendezvous (a Unix socket, told of every rank's end by
+/// the launcher) or the tcp one (which sees ranks leave on their connections; held to keep it
+/// running).
+enum Trusted {
+    Shm(Rendezvous),
+    Tcp(#[allow(dead_code)] vmmc_tcp::server::Rendezvous),
+}
+
+impl Trusted {
+    fn mark_dead(&self, rank: usize) {
+        if let Trusted::Shm(rv) = self {
+            rv.mark_dead(rank);
+        }
+    }
+    fn mark_ended(&self, rank: usize) {
+        if let Trusted::Shm(rv) = self {
+            rv.mark_ended(rank);
+        }
+    }
+}
+
+fn run(mut args: Args) -> Result<ExitCode, String> {
+    let transport = args
+        .transport
+        .take()
+        .or_else(|| {
+            std::env::var(vars::TRANSPORT)
+                .ok()
+                .filter(|t| !t.is_empty())
+        })
+        .unwrap_or_else(|| "shm".into());
+    args.transport = Some(transport.clone());
     if args.n == 0 {
         return Err("-n must be at least 1".into());
     }
-    if !vmmc_run::TRANSPORTS.contains(&args.transport.as_str()) {
+    if !vmmc_run::TRANSPORTS.contains(&transport.as_str()) {
         return Err(format!(
-            "unknown transport {:?} (this build has: {})",
-            args.transport,
+            "unknown transport {transport:?} (this build has: {})",
             vmmc_run::TRANSPORTS.join(", ")
         ));
     }
-    if args.transport == "sim" {
+    if transport == "sim" {
         return run_sim(&args);
+    }
+    if args.rendezvous.is_some() && transport != "tcp" {
+        return Err("--rendezvous is for the tcp transport".into());
     }
     let pids: Arc<Mutex<Ranks>> = Arc::new(Mutex::new(Ranks::default()));
     forward_signals(pids.clone());
     let dir = job_dir().map_err(|e| format!("cannot create the job directory: {e}"))?;
     let cleanup = Cleanup(dir.clone());
     let sock = dir.join("rendezvous.sock");
-    let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
+    let (rv, rv_addr) = if transport == "tcp" {
+        let at = args.rendezvous.as_deref().unwrap_or("127.0.0.1:0");
+        let rv = vmmc_tcp::server::Rendezvous::start(at, args.n).map_err(|e| e.to_string())?;
+        let a = rv.addr().to_string();
+        (Trusted::Tcp(rv), a)
+    } else {
+        let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
+        (Trusted::Shm(rv), sock.display().to_string())
+    };
     let job = format!("{}", std::process::id());
     let allowed = allowed_cpus();
     let bind = match args.bind_to.as_deref() {
@@ -139,10 +185,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
     for rank in 0..args.n {
         let mut cmd = Command::new(&args.command[0]);
         cmd.args(&args.command[1..])
-            .env(vars::TRANSPORT, &args.transport)
+            .env(vars::TRANSPORT, &transport)
             .env(vars::RANK, rank.to_string())
             .env(vars::SIZE, args.n.to_string())
-            .env(vars::RENDEZVOUS, &sock)
+            .env(vars::RENDEZVOUS, &rv_addr)
+            .env(vmmc_tcp::RENDEZVOUS_BY, "launcher")
             .env(vars::JOB, &job)
             .stdin(if rank == 0 {
                 Stdio::inherit()

@@ -1,0 +1,310 @@
+//! The trusted party of a TCP job (seed 003 §3.3: "trusted servers ... establish import/export
+//! mappings"): every rank keeps one connection to it. It hands out identities and the ranks'
+//! data addresses, keeps the export table with its permissions ([`vmmc::registry::Registry`]),
+//! grants or refuses imports, and tells the survivors when a rank's connection ends (a clean
+//! `Bye` first: the rank left; no `Bye`: it died).
+//!
+//! Hosted by the launcher (`vmmc-run --transport tcp`), by a test harness, or by rank 0 itself
+//! when a site's launcher started the job (`VMMC_RENDEZVOUS=host:port`).
+
+use crate::proto::Msg;
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use vmmc::registry::{ImportOutcome, PendingImport, Registry};
+use vmmc::{Error, ProcId, Result};
+
+/// What an importer learns about an export.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    key: u64,
+    len: u64,
+    has_handler: bool,
+}
+
+struct Joined {
+    stream: TcpStream,
+    ip: String,
+    listen: String,
+}
+
+struct State {
+    size: usize,
+    joined: Vec<Option<Joined>>,
+    procs: Vec<ProcId>,
+    welcomed: bool,
+    registry: Registry<Grant>,
+    gone: Vec<bool>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    stop: AtomicBool,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running rendezvous; stops when dropped.
+pub struct Rendezvous {
+    addr: SocketAddr,
+    inner: Arc<Inner>,
+}
+
+impl Rendezvous {
+    /// Listens on `addr` (port 0: any free port) for a job of `size` ranks.
+    pub fn start(addr: &str, size: usize) -> Result<Rendezvous> {
+        let l = TcpListener::bind(addr).map_err(|e| {
+            Error::Bootstrap(format!("cannot listen for the rendezvous on {addr}: {e}"))
+        })?;
+        let addr = l.local_addr().map_err(|e| Error::io("local_addr", e))?;
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                size,
+                joined: (0..size).map(|_| None).collect(),
+                procs: Vec::new(),
+                welcomed: false,
+                registry: Registry::default(),
+                gone: vec![false; size],
+            }),
+            stop: AtomicBool::new(false),
+        });
+        let i = inner.clone();
+        std::thread::Builder::new()
+            .name("vmmc-tcp-rendezvous".into())
+            .spawn(move || {
+                for s in l.incoming() {
+                    if i.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(s) = s else { continue };
+                    // A rank whose host vanishes is found by keepalive, as on data connections.
+                    let _ = crate::tune(&s);
+                    let i = i.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("vmmc-tcp-rendezvous-client".into())
+                        .spawn(move || serve(&i, s));
+                }
+            })
+            .map_err(|e| Error::io("spawn the rendezvous", e))?;
+        Ok(Rendezvous { addr, inner })
+    }
+
+    /// The address ranks connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        // Unblock the accept loop, then end every client's connection.
+        let _ = TcpStream::connect(self.addr);
+        let st = lock(&self.inner.state);
+        for j in st.joined.iter().flatten() {
+            let _ = j.stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn reply(st: &State, rank: usize, m: &Msg) {
+    if let Some(j) = &st.joined[rank] {
+        // A failure means the rank is gone; its reader thread reports that.
+        let _ = m.send(&j.stream);
+    }
+}
+
+fn err(req: u64, e: &Error) -> Msg {
+    Msg::Err {
+        req,
+        code: e.code(),
+        text: e.to_string(),
+    }
+}
+
+/// One rank's connection: its hello, then its requests until it leaves.
+fn serve(inner: &Inner, s: TcpStream) {
+    let Ok(Some(Msg::Hello { rank, size, listen })) = Msg::recv(&s) else {
+        return;
+    };
+    let rank = rank as usize;
+    let ip = s
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    {
+        let mut st = lock(&inner.state);
+        if size as usize != st.size || rank >= st.size || st.joined[rank].is_some() {
+            let why = format!(
+                "rank {rank} of {size} cannot join a job of {} (or joined twice)",
+                st.size
+            );
+            let _ = err(0, &Error::Bootstrap(why)).send(&s);
+            return;
+        }
+        let Ok(w) = s.try_clone() else { return };
+        st.joined[rank] = Some(Joined {
+            stream: w,
+            ip,
+            listen,
+        });
+        if st.joined.iter().all(Option::is_some) {
+            welcome(&mut st);
+        }
+    }
+    let mut clean = false;
+    loop {
+        match Msg::recv(&s) {
+            Ok(Some(Msg::Bye)) => {
+                clean = true;
+                break;
+            }
+            Ok(Some(m)) => request(inner, rank, m),
+            _ => break,
+        }
+    }
+    let mut st = lock(&inner.state);
+    if inner.stop.load(Ordering::SeqCst) || st.gone[rank] {
+        return;
+    }
+    st.gone[rank] = true;
+    if st.welcomed {
+        let me = st.procs[rank];
+        let (_, failed) = st.registry.proc_gone(me);
+        for p in failed {
+            if let Some(r) = st.procs.iter().position(|q| *q == p.importer) {
+                let e = Error::PeerLost(format!("rank {rank} (the exporter) left the job"));
+                reply(&st, r, &err(p.request, &e));
+            }
+        }
+    }
+    let m = Msg::Gone {
+        rank: rank as u32,
+        crashed: !clean,
+    };
+    for r in 0..st.size {
+        if r != rank && !st.gone[r] {
+            reply(&st, r, &m);
+        }
+    }
+}
+
+/// Everyone has joined: one node per distinct address, squids unique per node.
+fn welcome(st: &mut State) {
+    let mut nodes: Vec<String> = Vec::new();
+    let mut squids: HashMap<u32, u32> = HashMap::new();
+    let mut procs = Vec::new();
+    for j in st.joined.iter().flatten() {
+        let node = match nodes.iter().position(|h| *h == j.ip) {
+            Some(n) => n as u32,
+            None => {
+                nodes.push(j.ip.clone());
+                (nodes.len() - 1) as u32
+            }
+        };
+        let s = squids.entry(node).or_insert(0);
+        *s += 1;
+        procs.push(ProcId { node, squid: *s });
+    }
+    let addrs = st
+        .joined
+        .iter()
+        .flatten()
+        .map(|j| j.listen.clone())
+        .collect();
+    st.procs = procs.clone();
+    st.welcomed = true;
+    let m = Msg::Welcome {
+        procs,
+        hosts: nodes,
+        addrs,
+    };
+    for r in 0..st.size {
+        reply(st, r, &m);
+    }
+}
+
+fn request(inner: &Inner, rank: usize, m: Msg) {
+    let mut st = lock(&inner.state);
+    if !st.welcomed {
+        return;
+    }
+    let me = st.procs[rank];
+    match m {
+        Msg::Export {
+            req,
+            buf,
+            len,
+            key,
+            has_handler,
+            importers,
+        } => {
+            let g = Grant {
+                key,
+                len,
+                has_handler,
+            };
+            match st.registry.export(me, buf, importers, g) {
+                Ok(done) => {
+                    reply(&st, rank, &Msg::Ok { req });
+                    for (p, r) in done {
+                        let Some(to) = st.procs.iter().position(|q| *q == p.importer) else {
+                            continue;
+                        };
+                        let m = match r {
+                            Ok(()) => Msg::ImportOk {
+                                req: p.request,
+                                key,
+                                len,
+                                has_handler,
+                            },
+                            Err(e) => err(p.request, &e),
+                        };
+                        reply(&st, to, &m);
+                    }
+                }
+                Err(e) => reply(&st, rank, &err(req, &e)),
+            }
+        }
+        Msg::Unexport { req, buf } => {
+            let m = match st.registry.unexport(me, buf) {
+                Ok(_) => Msg::Ok { req },
+                Err(e) => err(req, &e),
+            };
+            reply(&st, rank, &m);
+        }
+        Msg::Import { req, owner, buf } => {
+            let Some(&owner) = st.procs.get(owner as usize) else {
+                reply(
+                    &st,
+                    rank,
+                    &err(req, &Error::InvalidArgument("no such rank")),
+                );
+                return;
+            };
+            let p = PendingImport {
+                importer: me,
+                request: req,
+                owner,
+                buf,
+            };
+            let m = match st.registry.import(p) {
+                ImportOutcome::Ready(g) => Some(Msg::ImportOk {
+                    req,
+                    key: g.key,
+                    len: g.len,
+                    has_handler: g.has_handler,
+                }),
+                ImportOutcome::Pending => None,
+                ImportOutcome::Failed(e) => Some(err(req, &e)),
+            };
+            if let Some(m) = m {
+                reply(&st, rank, &m);
+            }
+        }
+        _ => {}
+    }
+}
