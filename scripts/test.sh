@@ -10,8 +10,8 @@ cargo build --workspace --all-targets --all-features
 log=$(mktemp)
 cargo test --workspace --all-features 2>&1 | tee "$log"
 # One closing line for the whole suite: the sum of every runner's counts.
-totals=$(grep -E '^(test result: .*|conformance: [0-9]+ passed, [0-9]+ failed)' "$log" |
-  sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/; s/^conformance: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/' |
+totals=$(grep -E '^(test result: .*|[a-z_]+: [0-9]+ passed, [0-9]+ failed)' "$log" |
+  sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/; s/^[a-z_]+: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/' |
   awk '{p+=$1; f+=$2} END {print p, f}')
 rm -f "$log"
 # The libraries' job tests again over the tcp transport, chosen by the environment alone.

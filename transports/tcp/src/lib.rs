@@ -414,6 +414,9 @@ impl Shared {
 
     fn placed(&self, e: &Entry, offset: usize, len: usize, last: &[u8], notify: bool) {
         bump(&self.stats.writes_placed, 1);
+        // A program thread of this process may sleep in a wait for this data (`vmmc::wait`):
+        // the data is in place, so ring the process's bell.
+        vmmc::wait::ring_local();
         if notify && e.has_handler {
             self.notify(Notification {
                 buf: e.buf,
@@ -647,6 +650,9 @@ impl TcpTransport {
             hosts,
             parent: None,
         };
+        // The waiting policy (`vmmc::wait`) learns how many ranks share this host's cores.
+        let me = job.procs[env.rank].node;
+        vmmc::wait::set_local_procs(job.procs.iter().filter(|p| p.node == me).count());
         Ok(TcpTransport {
             job,
             sh,
