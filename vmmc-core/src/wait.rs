@@ -73,8 +73,11 @@ const YIELD_FOR: Duration = Duration::from_millis(2);
 /// anybody ringing) at least this often.
 const SLEEP_MAX: Duration = Duration::from_millis(50);
 /// A gap this long between two looks at the clock while spinning means the spinner was
-/// descheduled: the machine has fewer free cores than runnable threads.
+/// descheduled (see [`gap_seen`]).
 const PREEMPTED: Duration = Duration::from_micros(500);
+/// Two preemptions by another thread of this machine within this time make `auto` treat the
+/// machine as crowded.
+const STRIKES_WITHIN: Duration = Duration::from_millis(50);
 /// Turns of a wait that only spin before the policy looks at the clock (about a
 /// microsecond).
 const QUICK: u32 = 32;
@@ -88,7 +91,8 @@ pub struct Policy {
     pub mode: Mode,
     /// The longest spin (`VMMC_SPIN_US`).
     pub spin: Duration,
-    /// Cores this process may run on.
+    /// Cores the job's processes on this host share: `VMMC_JOB_CPUS` (set by `vmmc-run`),
+    /// else those this process may run on (under an MPI launcher, the host's online ones).
     pub cpus: usize,
     /// Processes of the job on this host, when known.
     pub local_procs: Option<usize>,
@@ -117,10 +121,21 @@ impl Policy {
         .iter()
         .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok());
         let marked = std::env::var("OMPI_MCA_mpi_yield_when_idle").as_deref() == Ok("1");
+        // A launcher that binds each rank to a core (vmmc-run, Open MPI by default) does so
+        // only when the job's ranks fit the cores: the job's CPUs, not this rank's one, are
+        // what the ranks share. vmmc-run says how many; under an MPI launcher, the host's.
+        let cpus = match std::env::var("VMMC_JOB_CPUS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            Some(n) if n > 0 => n,
+            _ if local.is_some() => cpus().max(online_cpus()),
+            _ => cpus(),
+        };
         Policy {
             mode,
             spin,
-            cpus: cpus(),
+            cpus,
             local_procs: local,
             marked,
         }
@@ -130,6 +145,12 @@ impl Policy {
     pub fn oversubscribed(&self) -> bool {
         self.marked || self.local_procs.is_some_and(|n| n > self.cpus)
     }
+}
+
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as usize
 }
 
 fn cpus() -> usize {
@@ -226,6 +247,43 @@ fn clock() -> u64 {
 /// processes.
 pub fn crowded() -> bool {
     OVER.load(Ordering::Relaxed) || clock() < BUSY_UNTIL.load(Ordering::Relaxed)
+}
+
+/// When the last preemption of a spinner by another runnable thread was seen (ns on
+/// [`clock`]).
+static LAST_STRIKE: AtomicU64 = AtomicU64::new(0);
+/// Preemptions by other threads seen so far (statistics).
+static STRIKES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The calling thread's involuntary context switches when it last looked.
+    static SWITCHES: std::cell::Cell<i64> = const { std::cell::Cell::new(-1) };
+}
+
+/// A spin found a gap in its own progress. On a virtual machine the hypervisor takes the
+/// virtual processor away now and then (steal time), which yielding cannot help: only a
+/// preemption by another runnable thread of this system counts, as the thread's count of
+/// involuntary context switches shows; two such within [`STRIKES_WITHIN`] make `auto` act
+/// as on a crowded machine for [`BUSY_FOR`].
+#[cold]
+fn gap_seen(now: u64) {
+    // SAFETY: a zeroed rusage is a valid out-parameter; RUSAGE_THREAD reports the caller.
+    let n = unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut r) != 0 {
+            return;
+        }
+        r.ru_nivcsw
+    };
+    let before = SWITCHES.with(|s| s.replace(n));
+    if before < 0 || n <= before {
+        return;
+    }
+    let prev = LAST_STRIKE.swap(now, Ordering::Relaxed);
+    STRIKES.fetch_add(1, Ordering::Relaxed);
+    if prev != 0 && now - prev.min(now) < STRIKES_WITHIN.as_nanos() as u64 {
+        BUSY_UNTIL.store(now + BUSY_FOR.as_nanos() as u64, Ordering::Relaxed);
+    }
 }
 
 // ----- futexes -----
@@ -489,9 +547,13 @@ pub fn counts_line() -> String {
         .map(|c| format!("{}={}/{}/{}", c.name, c.waits, c.yields, c.sleeps))
         .collect();
     v.sort();
+    let p = policy();
     format!(
-        "vmmc-wait: rings={} {}",
+        "vmmc-wait: rings={} preempted={} cpus={} local={} {}",
         RINGS.load(Ordering::Relaxed),
+        STRIKES.load(Ordering::Relaxed),
+        p.cpus,
+        p.local_procs.unwrap_or(0),
         v.join(" ")
     )
 }
@@ -530,7 +592,7 @@ impl Spin {
     pub fn over(&mut self) -> bool {
         let now = clock();
         if now - self.last > PREEMPTED.as_nanos() as u64 {
-            BUSY_UNTIL.store(now + BUSY_FOR.as_nanos() as u64, Ordering::Relaxed);
+            gap_seen(now);
         }
         self.last = now;
         self.turns = self.turns.wrapping_add(1);
@@ -750,7 +812,7 @@ impl<'a> Wait<'a> {
     fn spin(&mut self) {
         let now = clock();
         if now - self.last > PREEMPTED.as_nanos() as u64 {
-            BUSY_UNTIL.store(now + BUSY_FOR.as_nanos() as u64, Ordering::Relaxed);
+            gap_seen(now);
         }
         self.last = now;
         let spent = now - self.start;

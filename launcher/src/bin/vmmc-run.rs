@@ -188,6 +188,9 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
             .env(vars::TRANSPORT, &transport)
             .env(vars::RANK, rank.to_string())
             .env(vars::SIZE, args.n.to_string())
+            // The CPUs the job's ranks share, for the waiting policy (`vmmc::wait`): a rank
+            // bound to one core must not take the job for oversubscribed.
+            .env("VMMC_JOB_CPUS", allowed.len().max(1).to_string())
             .env(vars::RENDEZVOUS, &rv_addr)
             .env(vmmc_tcp::RENDEZVOUS_BY, "launcher")
             .env(vars::JOB, &job)
