@@ -86,6 +86,12 @@ pub fn datagram_ping_pong(h: &mut Hamlyn) -> Result<()> {
             assert_eq!(d.reply, Some(to), "the reply carries the first ticket back");
         }
     }
+    // The blocking receives waited by the core's one policy (issue 19), which counted them.
+    let waits = vmmc::wait::counts()
+        .into_iter()
+        .find(|c| c.name == "hamlyn")
+        .map_or(0, |c| c.waits);
+    assert!(waits > 0, "Hamlyn's waits go through vmmc::wait");
     barrier(h)
 }
 
