@@ -72,7 +72,7 @@ pub(crate) struct Service {
     pub peers: OnceLock<Peers>,
     pub st: Mutex<State>,
     /// The first error the handler met (reported by the program's next call).
-    pub failed: Mutex<Option<String>>,
+    pub failed: Mutex<Option<(Option<usize>, String)>>,
     /// Whether `failed` holds an error (read on every call without the mutex).
     pub has_failed: std::sync::atomic::AtomicBool,
     /// Messages the service sent.
@@ -582,7 +582,11 @@ impl Service {
     /// Records the first error the service met outside the program's calls.
     pub fn fail(&self, e: Error) {
         let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        f.get_or_insert_with(|| e.to_string());
+        let node = match &e {
+            Error::PeerLost(n, _) => Some(*n),
+            _ => None,
+        };
+        f.get_or_insert_with(|| (node, e.to_string()));
         self.has_failed
             .store(true, std::sync::atomic::Ordering::Release);
     }
@@ -592,7 +596,9 @@ impl Service {
             return Ok(());
         }
         match &*self.failed.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(Error::Protocol(format!("the service failed: {e}"))),
+            // A service that failed because a node is lost reports that loss as such.
+            Some((Some(n), e)) => Err(Error::PeerLost(*n, format!("the service failed: {e}"))),
+            Some((None, e)) => Err(Error::Protocol(format!("the service failed: {e}"))),
             None => Ok(()),
         }
     }

@@ -36,6 +36,9 @@ struct State {
     registry: Registry<ExportHandle>,
     conns: Vec<Option<Arc<Conn>>>,
     rings: Vec<Option<OwnedFd>>,
+    /// Each rank's ring mapped here, to ring its doorbell when another rank goes: a rank
+    /// asleep in a wait (`vmmc::wait`) then sees the loss at once.
+    bells: Vec<Option<crate::shmem::Ring>>,
     squids: Vec<u32>,
     hellos: usize,
     welcomed: bool,
@@ -69,6 +72,7 @@ impl Rendezvous {
             registry,
             conns: (0..size).map(|_| None).collect(),
             rings: (0..size).map(|_| None).collect(),
+            bells: (0..size).map(|_| None).collect(),
             squids,
             hellos: 0,
             welcomed: false,
@@ -249,6 +253,11 @@ fn gone(st: &mut State, rank: usize, how: u32) {
         }
     }
     st.conns[rank] = None;
+    st.bells[rank] = None;
+    // The survivors' waits look at their peers again now, not at their next timeout.
+    for b in st.bells.iter().flatten() {
+        b.bell().ring();
+    }
 }
 
 fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
@@ -282,6 +291,10 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                 let Ok(dup) = stream.try_clone() else { return };
                 s.conns[r] = Some(Arc::new(Conn { stream: dup }));
                 s.rings[r] = fds.pop();
+                s.bells[r] = s.rings[r]
+                    .as_ref()
+                    .and_then(|f| f.try_clone().ok())
+                    .and_then(|f| crate::shmem::Ring::open(f).ok());
                 s.status.set(r, state::ALIVE, pid);
                 s.hellos += 1;
                 if s.hellos == s.size && !s.welcomed {

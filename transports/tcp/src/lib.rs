@@ -272,6 +272,8 @@ impl Conn {
             .compare_exchange(ALIVE, state, Ordering::AcqRel, Ordering::Acquire);
         let _g = lock(&self.acked);
         self.acked_cv.notify_all();
+        // A thread asleep in a wait (`vmmc::wait`) looks at its peers again now.
+        vmmc::wait::ring_local();
     }
 
     /// Sends one frame, waiting (in poll, not spinning) while the socket is full.
