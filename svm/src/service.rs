@@ -290,7 +290,13 @@ impl Service {
             // Dekker with the receiver's `Awake` guard and its sleep: our data is visible
             // before we read its word; it clears the word before it looks one last time.
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            if let Some(epoch) = self.outside(node)? {
+            // A node that left since the transfer has nothing to be woken for: whoever
+            // waits for it sees the loss.
+            let outside = match self.outside(node) {
+                Err(Error::PeerLost(..)) => None,
+                x => x?,
+            };
+            if let Some(epoch) = outside {
                 if self.defer_bells
                     && std::thread::current().id() == self.program
                     && self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
@@ -306,7 +312,10 @@ impl Service {
                     self.bells_held
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    self.notify(st, node)?;
+                    match self.notify(st, node) {
+                        Err(Error::PeerLost(..)) => {}
+                        x => x?,
+                    }
                 }
             }
         }
@@ -365,12 +374,19 @@ impl Service {
             match self.outside(b.node) {
                 Ok(Some(w)) if w == b.epoch => {
                     if now || b.since.elapsed() >= BELL_DELAY {
-                        r = self.notify(&mut st, b.node);
+                        r = match self.notify(&mut st, b.node) {
+                            // A held-back bell only hurries a node: one that has left the
+                            // job needs none (whoever waits for it sees the loss).
+                            Err(Error::PeerLost(..)) => Ok(()),
+                            x => x,
+                        };
                         return r.is_err();
                     }
                     true
                 }
                 Ok(_) => false,
+                // Gone: nothing to hurry (see above).
+                Err(Error::PeerLost(..)) => false,
                 Err(e) => {
                     r = Err(e);
                     true
