@@ -607,6 +607,20 @@ impl Service {
             .store(true, std::sync::atomic::Ordering::Release);
     }
 
+    /// Waits for every asynchronous send still in flight; one to a node that has left since
+    /// needs no delivery.
+    pub fn drain_async(&self) -> Result<()> {
+        let pending =
+            std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in pending {
+            match h.wait() {
+                Ok(_) | Err(vmmc::Error::PeerLost(_)) => {}
+                Err(e) => return Err(Error::Vmmc(e)),
+            }
+        }
+        Ok(())
+    }
+
     pub fn check_failed(&self) -> Result<()> {
         if !self.has_failed.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());

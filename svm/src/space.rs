@@ -1445,6 +1445,9 @@ impl Svm {
     /// Ends this node's use of the space: a last barrier, so that no node leaves while
     /// another may still need its pages or its locks.
     pub fn finish(mut self) -> Result<()> {
-        self.barrier()
+        self.barrier()?;
+        // Asynchronous sends still in flight (the barrier's releases among them) must land
+        // before this process may leave: its transfers end with it.
+        self.svc.drain_async()
     }
 }
