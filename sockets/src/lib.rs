@@ -54,11 +54,13 @@
 //!
 //! **Between unrelated processes** of one host (no common job: the LD_PRELOAD interposer's
 //! case): [`VmmcListener`] / [`VmmcStream::connect`] take socket addresses like
-//! `TcpListener` / `TcpStream`. A connection is set up over a regular TCP socket, which
-//! exchanges the two rings (each side allocates its ring as a shared [`vmmc::Region`] backed
-//! by a file in [`SHM_DIR`], and the peer maps it with [`vmmc::Region::map_shared_fd`]: see
-//! [`Offer`]) and then stays open to detect a broken connection and to wake a peer that
-//! went to sleep, as in seed 003 §4.3's "Connection Establishment".
+//! `TcpListener` / `TcpStream`. A connection is set up over a regular TCP socket, on which
+//! the connecting side announces the two rings it made (shared [`vmmc::Region`]s backed by
+//! files in [`SHM_DIR`], which the accepting side maps with
+//! [`vmmc::Region::map_shared_fd`]: see [`Offer`]; `connect` does not wait for the
+//! `accept`, so one thread may do both); the socket then stays open to detect a broken
+//! connection and to wake a peer that went to sleep, as in seed 003 §4.3's "Connection
+//! Establishment".
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -89,7 +91,8 @@ pub use job::{JobListener, BACKLOG, LISTEN_BASE};
 pub use ring::{Conn, RecvFlags};
 pub use stats::{stats, Stats};
 pub use stream::{
-    shm_dir, Offer, Options, RingFile, VmmcListener, VmmcStream, HELLO_LEN, MAGIC, SHM_DIR,
+    accept_offer, shm_dir, Offer, Options, RingFile, VmmcListener, VmmcStream, HELLO_LEN, MAGIC,
+    SHM_DIR,
 };
 
 /// The send protocol of a connection (seed 003 §4.3).

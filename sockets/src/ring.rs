@@ -22,6 +22,7 @@
 //! | 32 | `REFS` | (X's own) processes of X holding this end: a fork shares it |
 //! | 36 | `MY_HEAD` | (X's own) bytes X has consumed from this ring |
 //! | 40 | `MY_TAIL` | (X's own) bytes X has written into Y's ring |
+//! | 44 | `MAPPED` | (host path, the connecting side's ring) the accepting side mapped both rings |
 //! | 48 | `ACC_ID` | (job path, client's ring) the listener's ring id |
 //! | 52 | `ACC_CAP` | (job path, client's ring) the listener's ring capacity |
 //! | 56 | `ACC_SEQ` | (job path, client's ring) the request this accept answers: the flag |
@@ -84,6 +85,9 @@ pub(crate) const WAKE: usize = 24;
 const REFS: usize = 32;
 const MY_HEAD: usize = 36;
 const MY_TAIL: usize = 40;
+/// Host path: set in the connecting side's ring by the accepting side once it has mapped
+/// both rings (their files are then no longer needed).
+pub(crate) const MAPPED: usize = 44;
 pub(crate) const ACC_ID: usize = 48;
 pub(crate) const ACC_SEQ: usize = 56;
 
@@ -205,6 +209,17 @@ pub struct Conn {
     spin_ns: [AtomicU32; 2],
     sent: AtomicU64,
     received: AtomicU64,
+    /// Host path, connecting side: the rings' files (and the preload's connect marker),
+    /// which the accepting side removes once it has mapped the rings; a close before that
+    /// leaves them for the accept, unless the listener refused the connection.
+    files: Option<LeftFiles>,
+}
+
+/// Files a connecting process made for its peer, and that process's id (a forked child
+/// that closes its copy leaves them).
+pub(crate) struct LeftFiles {
+    pub(crate) paths: Vec<std::path::PathBuf>,
+    pub(crate) pid: u32,
 }
 
 /// Waits up to `timeout` for `fd` to be readable (or hung up).
@@ -224,7 +239,7 @@ fn word(r: &Region, off: usize) -> u32 {
     r.load_u32(off).unwrap_or(0)
 }
 
-fn store(r: &Region, off: usize, v: u32) {
+pub(crate) fn store(r: &Region, off: usize, v: u32) {
     // Offsets are constants inside the header: cannot fail.
     let _ = r.store_u32(off, v);
 }
@@ -346,6 +361,34 @@ impl Conn {
             ],
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            files: None,
+        }
+    }
+
+    /// Host path, connecting side: keeps the files made for the peer (see `LeftFiles`).
+    pub(crate) fn leave_files(mut self, paths: Vec<std::path::PathBuf>) -> Conn {
+        self.files = Some(LeftFiles {
+            paths,
+            pid: std::process::id(),
+        });
+        self
+    }
+
+    /// Host path: whether the listener refused or reset the connection (no accept will
+    /// come), seen without blocking on the setup socket.
+    fn refused(&self) -> bool {
+        let Ctl::Host(setup) = &self.ctl else {
+            return false;
+        };
+        let mut buf = [MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(setup)
+            .recv_with_flags(&mut buf, libc::MSG_DONTWAIT | libc::MSG_PEEK)
+        {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => {
+                e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted
+            }
         }
     }
 
@@ -1058,6 +1101,16 @@ impl Drop for Conn {
             }
             let _ = p.store(FIN, 1);
             let _ = p.store(CLOSED, 1);
+        }
+        if let Some(f) = &self.files {
+            // Before the accept the files carry the connection (the data written so far
+            // included) to the listener; once it mapped them, or if it never will, they go.
+            if f.pid == std::process::id() && (word(&self.incoming, MAPPED) != 0 || self.refused())
+            {
+                for p in &f.paths {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
         }
         match &self.ctl {
             Ctl::Host(setup) => {

@@ -18,7 +18,9 @@ use vmmc::Region;
 pub struct Options {
     /// The send protocol this side uses.
     pub variant: Variant,
-    /// Data capacity of this side's incoming ring (rounded up to a power of two).
+    /// Data capacity of a ring, rounded up to a power of two. On the job path each side's
+    /// sizes its own incoming ring; between unrelated processes the connecting side's sizes
+    /// both rings of the connection (see [`Offer`]).
     pub capacity: usize,
 }
 
@@ -58,8 +60,8 @@ fn parse_size(v: &str) -> Option<usize> {
 }
 
 /// The first bytes of a hello: a peer that sends anything else does not use this library.
-pub const MAGIC: &[u8; 8] = b"VMMCSOK1";
-/// Length of the hello each side sends on the setup socket.
+pub const MAGIC: &[u8; 8] = b"VMMCSOK2";
+/// Length of the hello the connecting side sends on the setup socket.
 pub const HELLO_LEN: usize = 24;
 
 /// The directory of the rings' files and the preload library's registry: world-writable
@@ -77,26 +79,45 @@ pub fn shm_dir() -> std::path::PathBuf {
     dir
 }
 
-/// This side's half of the connection setup: its incoming ring and the hello announcing it
-/// (magic, process id, ring number, capacity).
+/// The connecting side's half of the connection setup: both rings of the connection and
+/// the hello that announces them (magic, process id, the two rings' numbers, capacity).
+///
+/// The connecting side makes both rings, so that neither side ever waits for the other's
+/// later call: `connect` sends the hello and returns at once, with a working connection
+/// whose writes land in the accepting side's ring before the listener has even accepted
+/// (as the kernel queues them), and `accept` maps the rings it is told about. A thread may
+/// therefore connect to a listener that it accepts from afterwards.
 ///
 /// A ring is a file in [`SHM_DIR`] named after the process and a number, which the peer
 /// opens by name and maps: unlike `/proc/PID/fd/N`, this works between processes of
-/// different users. The file is removed as soon as both sides have mapped (the
-/// [`RingFile`] guard), so only the mappings keep the memory.
+/// different users. The accepting side removes the files as soon as it has mapped them and
+/// says so in the connecting side's ring; a connection closed before its accept leaves them
+/// for the accept, so that what it wrote still arrives. Only the mappings keep the memory.
+/// The connecting side's capacity sizes both rings.
 pub struct Offer {
     incoming: Region,
+    outgoing: Region,
+    cap: usize,
     hello: [u8; HELLO_LEN],
     variant: Variant,
-    file: RingFile,
+    files: [RingFile; 2],
 }
 
 /// Removes a ring's file when dropped.
 pub struct RingFile(std::path::PathBuf);
 
+impl RingFile {
+    /// Keeps the file: the guard forgets it and returns its path.
+    fn keep(mut self) -> std::path::PathBuf {
+        std::mem::take(&mut self.0)
+    }
+}
+
 impl Drop for RingFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 
@@ -104,46 +125,76 @@ fn ring_path(pid: u32, id: u32) -> std::path::PathBuf {
     shm_dir().join(format!("ring-{pid}-{id}"))
 }
 
+/// Makes one ring's file and maps it.
+fn make_ring(pid: u32, id: u32, cap: usize) -> Result<(Region, RingFile), Error> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = ring_path(pid, id);
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&path)
+    };
+    // A file left by a dead process that had our process id is stale.
+    let file = open().or_else(|_| {
+        let _ = std::fs::remove_file(&path);
+        open()
+    })?;
+    let guard = RingFile(path);
+    file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
+    let len = HEADER + cap;
+    file.set_len(len.next_multiple_of(4096) as u64)?;
+    Ok((Region::map_shared_fd(OwnedFd::from(file), len)?, guard))
+}
+
+/// Maps the peer's ring `id` of process `pid`, checking its size.
+fn map_ring(pid: u32, id: u32, cap: usize) -> Result<Region, Error> {
+    let path = ring_path(pid, id);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| {
+            Error::Handshake(format!("mapping the peer's ring {}: {e}", path.display()))
+        })?;
+    let size = file.metadata()?.len() as usize;
+    if size < HEADER + cap {
+        return Err(Error::Handshake(format!(
+            "the peer's ring {} is {size} bytes, not {}",
+            path.display(),
+            HEADER + cap
+        )));
+    }
+    Ok(Region::map_shared_fd(OwnedFd::from(file), HEADER + cap)?)
+}
+
 impl Offer {
-    /// Allocates the incoming ring.
+    /// Makes both rings.
     pub fn new(opts: Options) -> Result<Offer, Error> {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let cap = opts.capacity.max(4096).next_power_of_two();
         if cap > 1 << 30 {
             return Err(Error::Handshake("ring capacity above 1 GiB".into()));
         }
         let pid = std::process::id();
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = ring_path(pid, id);
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o666)
-                .open(&path)
-        };
-        // A file left by a dead process that had our process id is stale.
-        let file = open().or_else(|_| {
-            let _ = std::fs::remove_file(&path);
-            open()
-        })?;
-        let file_guard = RingFile(path);
-        file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
-        let len = HEADER + cap;
-        file.set_len(len.next_multiple_of(4096) as u64)?;
-        let incoming = Region::map_shared_fd(OwnedFd::from(file), len)?;
+        let id = NEXT.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        let (incoming, f_in) = make_ring(pid, id, cap)?;
+        let (outgoing, f_out) = make_ring(pid, id.wrapping_add(1), cap)?;
         let mut hello = [0u8; HELLO_LEN];
         hello[..8].copy_from_slice(MAGIC);
         hello[8..12].copy_from_slice(&pid.to_le_bytes());
         hello[12..16].copy_from_slice(&id.to_le_bytes());
         hello[16..20].copy_from_slice(&(cap as u32).to_le_bytes());
+        hello[20..24].copy_from_slice(&id.wrapping_add(1).to_le_bytes());
         Ok(Offer {
             incoming,
+            outgoing,
+            cap,
             hello,
             variant: opts.variant,
-            file: file_guard,
+            files: [f_in, f_out],
         })
     }
 
@@ -152,64 +203,60 @@ impl Offer {
         &self.hello
     }
 
-    /// Maps the ring the peer announced in `peer` and builds the connection. Both sides must
-    /// have mapped before either writes, and before the ring files go: callers exchange an
-    /// acknowledgement after this and then drop the returned [`RingFile`].
-    pub fn complete(
-        self,
-        peer: &[u8; HELLO_LEN],
-        setup: TcpStream,
-    ) -> Result<(Conn, RingFile), Error> {
-        if &peer[..8] != MAGIC {
-            return Err(Error::Handshake("peer does not speak VMMC sockets".into()));
-        }
-        let le =
-            |r: std::ops::Range<usize>| u32::from_le_bytes(peer[r].try_into().unwrap_or([0; 4]));
-        let (pid, id, pcap) = (le(8..12), le(12..16), le(16..20) as usize);
-        if !pcap.is_power_of_two() || !(4096..=1 << 30).contains(&pcap) {
-            return Err(Error::Handshake(format!("bad peer ring capacity {pcap}")));
-        }
-        let path = ring_path(pid, id);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| {
-                Error::Handshake(format!("mapping the peer's ring {}: {e}", path.display()))
-            })?;
-        let size = file.metadata()?.len() as usize;
-        if size < HEADER + pcap {
-            return Err(Error::Handshake(format!(
-                "the peer's ring {} is {size} bytes, not {}",
-                path.display(),
-                HEADER + pcap
-            )));
-        }
-        let outgoing = Region::map_shared_fd(OwnedFd::from(file), HEADER + pcap)?;
-        Ok((
-            Conn::new(self.incoming, outgoing, pcap, self.variant, setup),
-            self.file,
-        ))
+    /// The connection, once the hello is on its way: usable at once. `extra` are more
+    /// files made for the accepting side (the preload's connect marker), removed like the
+    /// rings' files.
+    pub fn connect(self, setup: TcpStream, extra: Vec<std::path::PathBuf>) -> Conn {
+        let [a, b] = self.files;
+        let mut paths = vec![a.keep(), b.keep()];
+        paths.extend(extra);
+        Conn::new(self.incoming, self.outgoing, self.cap, self.variant, setup).leave_files(paths)
     }
 }
 
-/// Exchanges the two rings over the setup socket: each side announces its ring, maps the
-/// peer's, and acknowledges, so that neither side writes before both are mapped.
-fn handshake(setup: TcpStream, opts: Options) -> Result<Conn, Error> {
+/// The accepting side: maps the two rings that the connecting side's `hello` announces,
+/// tells it so, and removes their files (and `extra`, the preload's connect marker).
+pub fn accept_offer(
+    hello: &[u8; HELLO_LEN],
+    setup: TcpStream,
+    opts: Options,
+    extra: Option<&std::path::Path>,
+) -> Result<Conn, Error> {
+    if &hello[..8] != MAGIC {
+        return Err(Error::Handshake("peer does not speak VMMC sockets".into()));
+    }
+    let le = |r: std::ops::Range<usize>| u32::from_le_bytes(hello[r].try_into().unwrap_or([0; 4]));
+    let (pid, id_c, cap, id_a) = (le(8..12), le(12..16), le(16..20) as usize, le(20..24));
+    if !cap.is_power_of_two() || !(4096..=1 << 30).contains(&cap) {
+        return Err(Error::Handshake(format!("bad peer ring capacity {cap}")));
+    }
+    // The connecting side's incoming ring is this side's outgoing one, and the other way.
+    let outgoing = map_ring(pid, id_c, cap)?;
+    let incoming = map_ring(pid, id_a, cap)?;
+    crate::ring::store(&outgoing, crate::ring::MAPPED, 1);
+    for p in [ring_path(pid, id_c), ring_path(pid, id_a)] {
+        let _ = std::fs::remove_file(p);
+    }
+    if let Some(p) = extra {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(Conn::new(incoming, outgoing, cap, opts.variant, setup))
+}
+
+/// The connecting side's setup: sends the hello and returns the connection.
+fn connect_setup(setup: TcpStream, opts: Options) -> Result<Conn, Error> {
     let offer = Offer::new(opts)?;
     (&setup).write_all(offer.hello())?;
-    let mut peer = [0u8; HELLO_LEN];
-    (&setup).read_exact(&mut peer)?;
-    let (conn, file) = offer.complete(&peer, setup.try_clone()?)?;
-    (&setup).write_all(b"K")?;
-    let mut ack = [0u8; 1];
-    (&setup).read_exact(&mut ack)?;
-    if ack[0] != b'K' {
-        return Err(Error::Handshake("no acknowledgement".into()));
-    }
-    drop(file);
     let _ = setup.set_nodelay(true);
-    Ok(conn)
+    Ok(offer.connect(setup, Vec::new()))
+}
+
+/// The accepting side's setup: reads the hello and maps the rings it names.
+fn accept_setup(setup: TcpStream, opts: Options) -> Result<Conn, Error> {
+    let mut hello = [0u8; HELLO_LEN];
+    (&setup).read_exact(&mut hello)?;
+    let _ = setup.set_nodelay(true);
+    accept_offer(&hello, setup, opts, None)
 }
 
 /// A VMMC stream socket listening for connections, in the shape of `std::net::TcpListener`.
@@ -246,7 +293,7 @@ impl VmmcListener {
             .ok_or_else(|| io::Error::other("accepted a non-IP address"))?;
         // The accepted socket inherits nothing from the listener's non-blocking mode here.
         s.set_nonblocking(false)?;
-        let conn = handshake(TcpStream::from(s), self.opts)?;
+        let conn = accept_setup(TcpStream::from(s), self.opts)?;
         Ok((
             VmmcStream {
                 conn: Arc::new(conn),
@@ -307,7 +354,7 @@ impl VmmcStream {
     pub fn connect_with(addr: impl ToSocketAddrs, opts: Options) -> io::Result<VmmcStream> {
         let setup = TcpStream::connect(addr)?;
         Ok(VmmcStream {
-            conn: Arc::new(handshake(setup, opts)?),
+            conn: Arc::new(connect_setup(setup, opts)?),
         })
     }
 
@@ -318,9 +365,8 @@ impl VmmcStream {
         opts: Options,
     ) -> io::Result<VmmcStream> {
         let setup = TcpStream::connect_timeout(addr, timeout)?;
-        setup.set_read_timeout(Some(timeout))?;
         Ok(VmmcStream {
-            conn: Arc::new(handshake(setup, opts)?),
+            conn: Arc::new(connect_setup(setup, opts)?),
         })
     }
 

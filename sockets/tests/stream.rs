@@ -127,6 +127,40 @@ fn child() {
                     .unwrap();
             }
         }
+        // Connects, writes, closes and exits, before anybody accepts.
+        "write-and-exit" => {
+            let mut s = VmmcStream::connect(args[0]).unwrap();
+            s.write_all(&pattern(args[1].parse().unwrap(), 7)).unwrap();
+        }
+        // As a program that makes itself a connected pair (listen, connect, accept) does:
+        // the connect must not wait for the accept that only this thread can make.
+        "self-connect" => {
+            let l = VmmcListener::bind("127.0.0.1:0").unwrap();
+            let mut c = VmmcStream::connect(l.local_addr().unwrap()).unwrap();
+            let early = pattern(100_000, 3);
+            c.write_all(&early).unwrap();
+            let (mut a, _) = l.accept().unwrap();
+            let mut got = vec![0u8; early.len()];
+            a.read_exact(&mut got).unwrap();
+            assert!(got == early, "the bytes written before the accept changed");
+            a.write_all(b"and back").unwrap();
+            let mut back = [0u8; 8];
+            c.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"and back");
+            let st = sockets::stats();
+            println!("through-rings={}", u8::from(st.bytes_sent >= 100_008));
+            drop((a, c));
+            println!("files-left={}", ring_files_of(std::process::id()).len());
+        }
+        // Connects and writes; the listener goes without accepting; then the stream.
+        "never-accepted" => {
+            let l = VmmcListener::bind("127.0.0.1:0").unwrap();
+            let mut c = VmmcStream::connect(l.local_addr().unwrap()).unwrap();
+            c.write_all(b"never read").unwrap();
+            drop(l);
+            drop(c);
+            println!("files-left={}", ring_files_of(std::process::id()).len());
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -323,4 +357,58 @@ fn idle_reader_sleeps_and_is_woken() {
         core_sleeps() > core_before,
         "the sleep went through vmmc::wait"
     );
+}
+
+/// The ring files of process `pid` still in the sockets' directory.
+fn ring_files_of(pid: u32) -> Vec<String> {
+    let prefix = format!("ring-{pid}-");
+    std::fs::read_dir(sockets::SHM_DIR)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn one_thread_connects_to_its_own_listener_then_accepts() {
+    // In a process of its own, so that the ring files it counts are this case's alone.
+    let mut child = spawn_child("self-connect", &[]);
+    assert_eq!(child_line(&mut child, "through-rings"), "1");
+    assert_eq!(child_line(&mut child, "files-left"), "0");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_peer_that_wrote_and_exited_before_the_accept_is_read_to_the_end() {
+    let l = VmmcListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let mut child = spawn_child("write-and-exit", &[&addr, "300000"]);
+    let pid = child.id();
+    assert!(child.wait().unwrap().success(), "writer failed");
+    // Its rings wait for the accept.
+    assert_eq!(
+        ring_files_of(pid).len(),
+        2,
+        "the rings' files went before the accept"
+    );
+    let (mut s, _) = l.accept().unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 300_000);
+    assert!(got == pattern(300_000, 7), "data changed");
+    assert_eq!(
+        ring_files_of(pid),
+        Vec::<String>::new(),
+        "accept left the files"
+    );
+}
+
+#[test]
+fn a_connection_the_listener_never_accepts_leaves_no_files() {
+    let mut child = spawn_child("never-accepted", &[]);
+    assert_eq!(child_line(&mut child, "files-left"), "0");
+    assert!(child.wait().unwrap().success());
 }

@@ -27,8 +27,8 @@
 //! with VMMC members watched by `poll`/`select` is readable when a member's ring is (see
 //! [`poll`]). Descriptors up to [`table::MAX_FD`] are tracked.
 //!
-//! Known limit: a process connecting to its own listener from the thread that must accept
-//! deadlocks the setup until its 5 s timeout.
+//! A connect does not wait for the accept (see [`setup`]), so a thread may connect to its own
+//! listener and accept afterwards.
 
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]

@@ -10,10 +10,13 @@
 //!   accepting side knows from the peer's address alone whether to expect a hello, without
 //!   waiting for data a plain client would never send.
 //!
-//! Then both sides run the hello exchange of [`sockets::Offer`] over the connection itself,
-//! which stays open as the setup socket (wake-ups, end of file). The accepting side also
-//! peeks at the first bytes and gives up (keeping a kernel connection, nothing consumed)
-//! unless they are the hello's magic, so a stale announcement cannot corrupt a plain stream.
+//! Then the connecting side sends the hello of [`sockets::Offer`] over the connection itself,
+//! which stays open as the setup socket (wake-ups, end of file), and returns without waiting
+//! for the accept (so one thread may connect to its own listener and accept afterwards);
+//! the accepting side maps the rings the hello names and removes the marker. The accepting
+//! side also peeks at the first bytes and gives up (keeping a kernel connection, nothing
+//! consumed) unless they are the hello's magic, so a stale announcement cannot corrupt a
+//! plain stream.
 
 use crate::real::real;
 use crate::table::{self, Entry};
@@ -242,10 +245,8 @@ fn recv_exact(fd: i32, out: &mut [u8], flags: i32, deadline: Instant) -> bool {
     true
 }
 
-/// Runs the hello exchange on `fd` (the program's descriptor; the connection keeps a
-/// duplicate of its own) and tracks `fd` as a VMMC connection.
-fn handshake(fd: i32) -> Result<(), i32> {
-    let deadline = Instant::now() + HELLO_TIMEOUT;
+/// A duplicate of `fd` for the connection to keep as its setup socket.
+fn setup_socket(fd: i32) -> Result<TcpStream, i32> {
     let fcntl = real!(fcntl: fn(i32, i32, usize) -> i32);
     // SAFETY: duplicating a descriptor we were handed.
     let own = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
@@ -253,33 +254,37 @@ fn handshake(fd: i32) -> Result<(), i32> {
         return Err(crate::errno());
     }
     // SAFETY: `own` is a fresh descriptor that only this TcpStream owns.
-    let setup = TcpStream::from(unsafe { OwnedFd::from_raw_fd(own) });
-    let opts = match Options::from_env() {
-        Ok(o) => o,
-        Err(e) => {
-            warn_once(&e.to_string());
-            Options::default()
-        }
-    };
-    let offer = Offer::new(opts).map_err(|_| libc::ENOMEM)?;
-    if !send_all(fd, offer.hello(), deadline) {
-        return Err(libc::ECONNRESET);
-    }
-    let mut peer = [0u8; HELLO_LEN];
-    if !recv_exact(fd, &mut peer, 0, deadline) {
-        return Err(libc::ECONNRESET);
-    }
-    let (conn, file): (Conn, _) = offer.complete(&peer, setup).map_err(|_| libc::ECONNRESET)?;
-    let mut ack = [0u8; 1];
-    if !send_all(fd, b"K", deadline) || !recv_exact(fd, &mut ack, 0, deadline) || ack[0] != b'K' {
-        return Err(libc::ECONNRESET);
-    }
-    drop(file);
+    Ok(TcpStream::from(unsafe { OwnedFd::from_raw_fd(own) }))
+}
+
+fn options() -> Options {
+    Options::from_env().unwrap_or_else(|e| {
+        warn_once(&e.to_string());
+        Options::default()
+    })
+}
+
+/// Tracks `fd` as the VMMC connection `conn`, in the descriptor's blocking mode.
+fn track(fd: i32, conn: Conn) {
     let _ = setup_nodelay(fd);
+    let fcntl = real!(fcntl: fn(i32, i32, usize) -> i32);
     // SAFETY: F_GETFL on a valid descriptor.
     let fl = unsafe { fcntl(fd, libc::F_GETFL, 0) };
     conn.set_nonblocking(fl >= 0 && fl & libc::O_NONBLOCK != 0);
     drop(table::set(fd, Entry::Vmmc(Arc::new(conn))));
+}
+
+/// The connecting side's setup on `fd` (the program's descriptor; the connection keeps a
+/// duplicate of its own): makes the rings and announces them. It does not wait for the
+/// accept, so a thread may connect to a listener it accepts from afterwards.
+fn connect_setup(fd: i32, marker: PathBuf) -> Result<(), i32> {
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let setup = setup_socket(fd)?;
+    let offer = Offer::new(options()).map_err(|_| libc::ENOMEM)?;
+    if !send_all(fd, offer.hello(), deadline) {
+        return Err(libc::ECONNRESET);
+    }
+    track(fd, offer.connect(setup, vec![marker]));
     Ok(())
 }
 
@@ -341,11 +346,13 @@ pub unsafe fn connect(fd: i32, addr: *const libc::sockaddr, len: libc::socklen_t
             -1
         };
     }
+    // The marker stays until the accepting side has read it (it removes it), or the
+    // connection closes unaccepted by a listener that went.
     let result = if rc != 0 {
         rc
     } else {
-        match handshake(fd) {
-            Ok(()) => 0,
+        match connect_setup(fd, marker.clone()) {
+            Ok(()) => return Some(0),
             Err(e) => {
                 crate::set_errno(e);
                 -1
@@ -363,7 +370,10 @@ pub fn accepted(fd: i32) -> Result<(), i32> {
     let Some(port) = peer_port(fd) else {
         return Ok(());
     };
-    if !registry().join(format!("c{port}")).exists() {
+    // The connecting process may be gone already (it wrote, closed and exited): what it
+    // wrote waits in the rings.
+    let marker = registry().join(format!("c{port}"));
+    if !marker.exists() {
         return Ok(());
     }
     let mut magic = [0u8; 8];
@@ -371,7 +381,15 @@ pub fn accepted(fd: i32) -> Result<(), i32> {
     if !recv_exact(fd, &mut magic, libc::MSG_PEEK, deadline) || &magic != MAGIC {
         return Ok(());
     }
-    handshake(fd)
+    let mut hello = [0u8; HELLO_LEN];
+    if !recv_exact(fd, &mut hello, 0, deadline) {
+        return Err(libc::ECONNRESET);
+    }
+    let setup = setup_socket(fd)?;
+    let conn = sockets::accept_offer(&hello, setup, options(), Some(&marker))
+        .map_err(|_| libc::ECONNRESET)?;
+    track(fd, conn);
+    Ok(())
 }
 
 /// Prints a configuration problem once per process, with a raw system call (never through a

@@ -616,6 +616,52 @@ fn role() {
         }
         "high_descriptors" => high_descriptors(),
         "epoll_watched_by_poll" => epoll_watched_by_poll(),
+        // One thread makes itself a connected pair, as programs that emulate socketpair
+        // over TCP do: listen, connect, write, and only then accept.
+        "self-connect" => {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let mut c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+            c.write_all(b"written before the accept")
+                .expect("early write");
+            let (mut a, _) = l.accept().expect("accept");
+            let mut got = [0u8; 25];
+            a.read_exact(&mut got).expect("read");
+            assert_eq!(&got, b"written before the accept");
+            a.write_all(b"back").expect("write back");
+            let mut back = [0u8; 4];
+            c.read_exact(&mut back).expect("read back");
+            assert_eq!(&back, b"back");
+            // A non-blocking connect, then the accept, then readiness through poll.
+            let port = l.local_addr().expect("addr").port();
+            // SAFETY: plain system calls on a socket this code owns, with a valid address.
+            let fd = unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+                assert!(fd >= 0, "socket");
+                let mut a: libc::sockaddr_in = std::mem::zeroed();
+                a.sin_family = libc::AF_INET as libc::sa_family_t;
+                a.sin_port = port.to_be();
+                a.sin_addr.s_addr = u32::to_be(0x7f00_0001);
+                let rc = libc::connect(
+                    fd,
+                    &a as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                let err = *libc::__errno_location();
+                assert!(
+                    rc == 0 || err == libc::EINPROGRESS,
+                    "non-blocking connect: {err}"
+                );
+                fd
+            };
+            // SAFETY: `fd` is a connected socket that only this stream owns.
+            let s = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let (mut a2, _) = l.accept().expect("accept 2");
+            a2.write_all(b"x").expect("write 2");
+            assert_ne!(poll_in(s.as_raw_fd(), 5000) & libc::POLLIN, 0);
+            let mut one = [0u8; 1];
+            assert_eq!(std::io::Read::read(&mut &s, &mut one).expect("read 2"), 1);
+            println!("ok=self-connect");
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -1127,6 +1173,27 @@ fn epoll_poll_select_fork_dup_semantics() {
     assert!(
         st.values().map(|v| v.0).sum::<u64>() >= 20,
         "no bytes through rings: {st:?}"
+    );
+}
+
+#[test]
+fn a_thread_connects_to_its_own_listener_before_accepting() {
+    let s = Scratch::new("self-connect");
+    let mut c = s.cmd(std::env::current_exe().expect("exe"));
+    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
+        .env("PRELOAD_ROLE", "self-connect");
+    let out = c.output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ok=self-connect"),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = s.stats();
+    assert!(
+        st.values().map(|v| v.0).sum::<u64>() >= 30,
+        "not through the rings: {st:?}"
     );
 }
 
