@@ -4,6 +4,8 @@
 //! - `raw_get_page`: one remote read (`get_data`) of a page;
 //! - `raw_du_rtt`: a deliberate-update round trip of one word;
 //! - `nx_rtt`: an NX round trip of 4 bytes (`csend`/`crecv`);
+//! - `nx_to_waiter`: an NX message to a receiver that has waited in `crecv` while the sender
+//!   computed (the counterpart of `lock_handover`: the same turns and holds);
 //! - `fault`: an access fault that needs no communication (the first write to a home page);
 //! - `checked_read`, `plain_read`: a read of one valid shared element through a view, and of
 //!   one element of a plain vector (the price of access detection by checked accessors);
@@ -13,7 +15,7 @@
 //!   (the two nodes take turns; the holder is outside the library while it computes, so
 //!   the request reaches it as a notification, as on SHRIMP);
 //! - `lock_contended`: two nodes acquire and release one lock in a loop: the time per
-//!   acquire that found the lock at the other node;
+//!   hand-over (an acquire, at either node, that found the lock at the other node);
 //! - `barrier`: a barrier of every node of the job;
 //! - `diff`: at a release, a page's diff created and sent to its home (HLRC, HLRC-AU; under
 //!   AURC the flush and the version record of a page written through automatic update).
@@ -137,7 +139,51 @@ fn nx_rtt(ep: &Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Res
             out.insert("nx_rtt".into(), t);
         }
     }
+    nx.gsync().map_err(e)?;
+    // The NX counterpart of `lock_handover`: the two ranks take turns computing for HOLD
+    // (outside the library) and then sending to the other, which waits in `crecv` all the
+    // while; the run's time less both holds, per message, is what a message to a receiver
+    // that waited that long costs (its wake-up included).
+    let hold = hold_ns();
+    let rounds = 2 * o.batch.min(100) * o.batches;
+    let mut held = 0u64;
+    if me <= 1 && nx.numnodes() > 1 {
+        let t0 = now_ns();
+        let mut since = t0;
+        for k in 0..rounds {
+            if k % 2 == me as usize {
+                while now_ns() - since < hold {
+                    std::hint::spin_loop();
+                }
+                held += now_ns() - since;
+                nx.csend(2, &b, 1 - me, 0).map_err(e)?;
+            } else {
+                nx.crecv(2, &mut b).map_err(e)?;
+                since = now_ns();
+            }
+        }
+        let run = now_ns() - t0;
+        // Rank 1's holds reach rank 0 in a message.
+        if me == 1 {
+            nx.csend(3, &held.to_ne_bytes(), 0, 0).map_err(e)?;
+        } else {
+            let mut h = [0u8; 8];
+            nx.crecv(3, &mut h).map_err(e)?;
+            let free = run.saturating_sub(held + u64::from_ne_bytes(h));
+            out.insert("nx_to_waiter".into(), free as f64 / 1e3 / rounds as f64);
+        }
+    }
     nx.gsync().map_err(e)
+}
+
+/// How long a holder computes in the hand-over measurements (the transport's clock: long
+/// enough for the other side's request to arrive, and for it to fall asleep).
+fn hold_ns() -> u64 {
+    if vmmc::pace::is_paced() {
+        3_000_000
+    } else {
+        300_000
+    }
 }
 
 fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<String> {
@@ -246,11 +292,7 @@ fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Resu
     // and releases; the waiter's acquire returns and it holds in turn. The run's time, less
     // the time both held the lock, over the acquires that found it at the other node, is
     // the time per hand-over (from the release's start to the acquire's return).
-    let hold = if vmmc::pace::is_paced() {
-        3_000_000
-    } else {
-        300_000
-    };
+    let hold = hold_ns();
     let rounds = 2 * o.batch.min(100) * o.batches;
     let sums = s.alloc::<u64>(4, Placement::Node(0))?;
     let pair = me <= 1 && s.size() > 1;
@@ -296,23 +338,30 @@ fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Resu
     s.barrier()?;
 
     // Lock ping-pong under contention: nodes 0 and 1 acquire and release one lock in a loop;
-    // the time per acquire that found the lock at the other node (local re-acquires, which
-    // come while the other's request is on its way, included).
+    // the longer of the two nodes' times over the hand-overs both made (the acquires that
+    // found the lock at the other node; one node's remote acquires alone count every other
+    // hand-over). Local re-acquires, which come while the other's request is on its way,
+    // are included in the time. (Medians come from the rounds of `bench-svm`.)
+    let per = s.alloc::<u64>(4, Placement::Node(0))?;
     if me <= 1 && s.size() > 1 {
-        let mut v = Vec::new();
-        for _ in 0..o.batches {
-            let before = s.stats().remote_acquires;
-            let t0 = now_ns();
-            for _ in 0..o.batch {
-                s.acquire(2)?;
-                s.release(2)?;
-            }
-            let handed = (s.stats().remote_acquires - before).max(1);
-            v.push((now_ns() - t0) as f64 / 1e3 / handed as f64);
+        let before = s.stats().remote_acquires;
+        let t0 = now_ns();
+        for _ in 0..o.batch * o.batches {
+            s.acquire(2)?;
+            s.release(2)?;
         }
-        if me == 0 {
-            out.insert("lock_contended".into(), median(&mut v));
-        }
+        let t = now_ns() - t0;
+        let v = s.view(per);
+        v.set(2 * me, t)?;
+        v.set(2 * me + 1, s.stats().remote_acquires - before)?;
+    }
+    s.barrier()?;
+    if me == 0 && s.size() > 1 {
+        let w = s.view(per).to_vec()?;
+        out.insert(
+            "lock_contended".into(),
+            w[0].max(w[2]) as f64 / 1e3 / (w[1] + w[3]).max(1) as f64,
+        );
     }
     s.barrier()?;
 
