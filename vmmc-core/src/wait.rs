@@ -238,9 +238,16 @@ fn mode() -> Mode {
     }
 }
 
+/// The host's monotonic clock in ns: the same in every process, so a ring's time written
+/// by one process compares with a wait's start in another.
 fn clock() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Whether `auto` currently treats the machine as having fewer cores than runnable
@@ -351,6 +358,13 @@ pub trait Sleep {
     fn sleep(&self, token: u64, timeout: Duration);
     /// Withdraws the announcement of [`Sleep::arm`].
     fn disarm(&self);
+    /// When the last ring came, on the host's monotonic clock in ns (0: not known). A wait
+    /// that slept measures its length up to there, not up to its wake-up, whose cost (tens
+    /// of microseconds on a virtual machine) says nothing about how long a spin would
+    /// have had to last.
+    fn rung_at(&self) -> u64 {
+        0
+    }
 }
 
 /// A process's doorbell: an event count in memory that its writers can reach (shared memory
@@ -361,6 +375,8 @@ pub trait Sleep {
 pub struct Bell {
     sleepers: AtomicU32,
     seq: AtomicU32,
+    /// When the last ring that woke somebody came (see [`Sleep::rung_at`]).
+    rung_at: AtomicU64,
 }
 
 impl Bell {
@@ -369,6 +385,7 @@ impl Bell {
         Bell {
             sleepers: AtomicU32::new(0),
             seq: AtomicU32::new(0),
+            rung_at: AtomicU64::new(0),
         }
     }
 
@@ -390,6 +407,7 @@ impl Bell {
 
     #[cold]
     fn wake(&self) {
+        self.rung_at.store(clock(), Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::SeqCst);
         futex_wake(&self.seq);
         RINGS.fetch_add(1, Ordering::Relaxed);
@@ -411,6 +429,9 @@ impl Sleep for Bell {
     }
     fn disarm(&self) {
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn rung_at(&self) -> u64 {
+        self.rung_at.load(Ordering::Relaxed)
     }
 }
 
@@ -871,9 +892,17 @@ impl Drop for Wait<'_> {
         // would have paid to spin longer; one that slept longer would have wasted the spin.
         // Measured against the longest spin, not the current one, so that a budget fallen to
         // the minimum climbs back when the waits shorten (a ping-pong whose both sides sleep
-        // stays asleep otherwise: each waits for the other's wake-up).
+        // stays asleep otherwise: each waits for the other's wake-up). The wait ends at the
+        // ring that woke it where the sleep knows it (see `Sleep::rung_at`).
         if self.slept && self.mode() == Mode::Auto && !crowded() {
-            let took = clock().saturating_sub(self.start);
+            let now = clock();
+            let rung = self.on.rung_at();
+            let end = if (self.start..=now).contains(&rung) {
+                rung
+            } else {
+                now
+            };
+            let took = end - self.start;
             let max = match self.budget {
                 Some((_, max)) => max,
                 None => SPIN_NS.load(Ordering::Relaxed),
@@ -900,9 +929,12 @@ mod tests {
     use std::sync::Arc;
 
     static T: Site = Site::new("test.wait");
+    /// The tests that set the process's mode take turns.
+    static MODE_LOCK: Mutex<()> = Mutex::new(());
 
     #[test]
     fn a_sleeping_waiter_wakes_when_the_writer_rings() {
+        let _m = MODE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         set_mode(Mode::Block);
         let bell = Arc::new(Bell::new());
         let flag = Arc::new(AtomicU32::new(0));
@@ -927,6 +959,65 @@ mod tests {
         assert!(c.waits >= 1 && c.sleeps >= 1, "{c:?}");
         assert_eq!(bell.sleepers(), 0);
         set_mode(Mode::Auto);
+    }
+
+    /// A bell whose sleeper wakes late, as a descheduled thread on a busy virtual machine.
+    struct LateBell(Bell);
+
+    impl Sleep for LateBell {
+        fn arm(&self) -> u64 {
+            self.0.arm()
+        }
+        fn sleep(&self, token: u64, timeout: Duration) {
+            self.0.sleep(token, timeout);
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        fn disarm(&self) {
+            self.0.disarm()
+        }
+        fn rung_at(&self) -> u64 {
+            self.0.rung_at()
+        }
+    }
+
+    #[test]
+    fn a_late_wake_up_does_not_shorten_the_spin() {
+        // The ring comes soon after the sleep began, but the sleeper wakes 60 ms later: the
+        // wait ended at the ring, within the longest spin (20 ms here), so the budget grows.
+        // Measured up to the wake-up it would have halved.
+        let _m = MODE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        set_mode(Mode::Auto);
+        for _attempt in 0..5 {
+            let bell = Arc::new(LateBell(Bell::new()));
+            let flag = Arc::new(AtomicU32::new(0));
+            let budget = Arc::new(AtomicU32::new(SPIN_MIN.as_nanos() as u32));
+            let (b, f, g) = (bell.clone(), flag.clone(), budget.clone());
+            let h = std::thread::spawn(move || {
+                let mut w = Wait::on(&T, &*b).spin_budget(&g, Duration::from_millis(20));
+                while f.load(Ordering::Acquire) == 0 {
+                    w.idle();
+                }
+                let slept = w.slept();
+                drop(w);
+                (slept, crowded())
+            });
+            while bell.0.sleepers() == 0 {
+                std::thread::yield_now();
+            }
+            flag.store(1, Ordering::Release);
+            bell.0.ring();
+            let (slept, crowded) = h.join().unwrap();
+            if !slept || crowded {
+                continue; // the policy did not adapt this time (a busy machine): again
+            }
+            assert!(
+                budget.load(Ordering::Relaxed) > SPIN_MIN.as_nanos() as u32,
+                "the budget did not grow: {} ns",
+                budget.load(Ordering::Relaxed)
+            );
+            return;
+        }
+        panic!("no attempt slept on a machine that was not crowded");
     }
 
     #[test]
