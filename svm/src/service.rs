@@ -143,8 +143,10 @@ pub(crate) struct Out {
 pub(crate) enum Wake {
     /// Data that something later announces.
     No,
-    /// A reply its receiver polls for: it wakes a receiver that went to sleep waiting
-    /// (where the transport lets the sender see that; never a notification on SHRIMP).
+    /// A reply its receiver polls for. The receiver waits inside the library, where a wait
+    /// that sleeps is woken by the transport's doorbell after the transfer (`vmmc::wait`):
+    /// no look at its `awake` word (on tcp a remote read is a round trip) and never a
+    /// notification.
     Reply,
     /// A request: a notification unless the receiver is inside the library.
     Request,
@@ -281,11 +283,7 @@ impl Service {
         } else {
             p.send(off, bytes).map_err(lost)?;
         }
-        let ring = match wake {
-            Wake::No => false,
-            Wake::Reply => self.remote_read,
-            Wake::Request => true,
-        };
+        let ring = wake == Wake::Request;
         if ring {
             // Dekker with the receiver's `Awake` guard and its sleep: our data is visible
             // before we read its word; it clears the word before it looks one last time.
@@ -544,20 +542,19 @@ impl Service {
         if last != seq || region.load_u32(hdr)? != seq {
             return Ok(None);
         }
-        let mut h = vec![0u8; self.lay.slot];
-        region.read(hdr, &mut h)?;
-        let s = Slot::decode(&h, 0);
-        let len = s.id as usize * 4;
-        if len > self.lay.area {
-            return Err(Error::Protocol(format!("a mailbox of {len} bytes")));
+        // The header's kind and length words (see `SlotMsg`): no copy of the whole slot.
+        let (kind, words) = (
+            region.load_u32(hdr + 4)?,
+            region.load_u32(hdr + 8)? as usize,
+        );
+        if words * 4 > self.lay.area {
+            return Err(Error::Protocol(format!("a mailbox of {} bytes", words * 4)));
         }
-        let mut b = vec![0u8; len];
-        region.read(data, &mut b)?;
-        let w = b
-            .chunks_exact(4)
-            .map(|c| u32::from_ne_bytes(c.try_into().expect("word")))
-            .collect();
-        Ok(Some((s.kind, w)))
+        let mut w = vec![0u32; words];
+        if words > 0 {
+            region.read(data, bytemuck::cast_slice_mut(&mut w))?;
+        }
+        Ok(Some((kind, w)))
     }
 
     /// One pass over everything that may have arrived. Call with the state locked.

@@ -144,13 +144,14 @@ pub(crate) struct SlotMsg<'a> {
 
 impl SlotMsg<'_> {
     pub fn encode(&self, slot: usize) -> Vec<u8> {
-        let words = slot / 4;
-        let mut w = vec![0u32; words];
-        w[..SLOT_HEAD]
-            .copy_from_slice(&[self.seq, self.kind, self.id, self.arg, self.from, self.aux]);
-        w[SLOT_HEAD..SLOT_HEAD + self.vector.len()].copy_from_slice(self.vector);
-        w[words - 1] = self.seq;
-        words_to_bytes(&w)
+        let mut b = Vec::with_capacity(slot);
+        let head = [self.seq, self.kind, self.id, self.arg, self.from, self.aux];
+        for w in head.iter().chain(self.vector) {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.resize(slot - 4, 0);
+        b.extend_from_slice(&self.seq.to_ne_bytes());
+        b
     }
 }
 
