@@ -794,26 +794,39 @@ fn high_descriptors() {
     println!("ok=high");
 }
 
-#[test]
-#[ignore = "needs an RLIMIT_NOFILE hard limit above 150000 (raise it, or CAP_SYS_RESOURCE); the table itself is tested by the library's unit test"]
-fn descriptors_above_65535_are_vmmc_connections() {
-    let s = Scratch::new("highfd");
+/// Runs `role` of this binary under the library (statistics in a scratch directory named
+/// `scratch`); checks that it succeeded, printed `ok=CHECK` for every check, and sent at
+/// least `min_sent` bytes through rings (so it really talked over VMMC).
+fn role_over_vmmc(scratch: &str, role: &str, checks: &[&str], min_sent: u64) {
+    let s = Scratch::new(scratch);
     let mut c = s.cmd(std::env::current_exe().expect("exe"));
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
-        .env("PRELOAD_ROLE", "high_descriptors");
+        .env("PRELOAD_ROLE", role);
     let out = c.output().expect("child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("ok=high"),
+        out.status.success(),
         "{}\n{text}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    for check in checks {
+        assert!(
+            text.contains(&format!("ok={check}")),
+            "{check} not reached:\n{text}"
+        );
+    }
     let st = s.stats();
     assert!(
-        st.values().map(|v| v.0).sum::<u64>() >= 8,
+        st.values().map(|v| v.0).sum::<u64>() >= min_sent,
         "the bytes did not go through the rings: {st:?}"
     );
+}
+
+#[test]
+#[ignore = "needs an RLIMIT_NOFILE hard limit above 150000 (raise it, or CAP_SYS_RESOURCE); the table itself is tested by the library's unit test"]
+fn descriptors_above_65535_are_vmmc_connections() {
+    role_over_vmmc("highfd", "high_descriptors", &["high"], 8);
 }
 
 #[test]
@@ -1141,60 +1154,26 @@ fn semantics() {
 
 #[test]
 fn epoll_poll_select_fork_dup_semantics() {
-    let s = Scratch::new("semantics");
-    let mut c = s.cmd(std::env::current_exe().expect("exe"));
-    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
-        .env("PRELOAD_ROLE", "semantics");
-    let out = c.output().expect("child");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for check in [
-        "epoll-lt-et-oneshot-two-sets",
-        "fionread",
-        "nested-epoll",
-        "epoll-sleep-wake",
-        "poll-select",
-        "epollout-nonblock",
-        "fork",
-        "dup",
-    ] {
-        assert!(
-            text.contains(&format!("ok={check}")),
-            "{check} not reached:\n{text}"
-        );
-    }
-    // The pair really was a VMMC connection.
-    let st = s.stats();
-    assert!(
-        st.values().map(|v| v.0).sum::<u64>() >= 20,
-        "no bytes through rings: {st:?}"
+    role_over_vmmc(
+        "semantics",
+        "semantics",
+        &[
+            "epoll-lt-et-oneshot-two-sets",
+            "fionread",
+            "nested-epoll",
+            "epoll-sleep-wake",
+            "poll-select",
+            "epollout-nonblock",
+            "fork",
+            "dup",
+        ],
+        20,
     );
 }
 
 #[test]
 fn a_thread_connects_to_its_own_listener_before_accepting() {
-    let s = Scratch::new("self-connect");
-    let mut c = s.cmd(std::env::current_exe().expect("exe"));
-    c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
-        .env("PRELOAD_ROLE", "self-connect");
-    let out = c.output().expect("child");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("ok=self-connect"),
-        "{}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let st = s.stats();
-    assert!(
-        st.values().map(|v| v.0).sum::<u64>() >= 30,
-        "not through the rings: {st:?}"
-    );
+    role_over_vmmc("self-connect", "self-connect", &["self-connect"], 30);
 }
 
 #[test]
