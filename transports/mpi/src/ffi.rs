@@ -23,6 +23,9 @@ fn count(len: usize) -> Result<c_int> {
 /// Initialises MPI with full thread support, unless the program did already; returns whether
 /// this call initialised it (and so must finalise it).
 pub fn init() -> Result<bool> {
+    // Threads of one process may join at once (tests do): one initialises.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let mut flag: c_int = 0;
     // SAFETY: MPI_Initialized may be called at any time; `flag` is a live c_int.
     let rc = unsafe { sys::MPI_Initialized(&mut flag) };

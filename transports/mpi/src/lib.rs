@@ -78,14 +78,79 @@ const MAX_PUT: usize = 1 << 30;
 /// Size of each rank's part of the doorbell window.
 const BELL_WINDOW: usize = 4096;
 
-/// The MPI side of the transport, shared with the links.
-struct Rma {
-    data: ffi::Win,
+/// The process's windows, made once (collectively) and kept for the process's life: MPI is
+/// initialised once per process and finalised at its exit, and the doorbell stays the
+/// process's bell.
+struct Windows {
+    /// Receive buffers are attached here; `None` in a job of one, where Open MPI has no
+    /// component for dynamic windows (every buffer is then local).
+    data: Option<ffi::Win>,
     bells: ffi::Win,
     /// By rank: the displacement of its doorbell (whose first word counts its sleepers).
     bell_at: Vec<u64>,
+}
+
+static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
+/// Set when a rank of the job crashed: MPI_Finalize would wait for it forever (Open MPI
+/// retries its shared-memory writes to the dead process), so the process leaves without it.
+static CRASHED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn finalize_at_exit() {
+    if !CRASHED.load(Ordering::SeqCst) {
+        ffi::finalize();
+    }
+}
+
+impl Windows {
+    fn get(size: usize, initialised_mpi: bool) -> Result<Arc<Windows>> {
+        let mut g = lock(&WINDOWS);
+        if let Some(w) = &*g {
+            return Ok(w.clone());
+        }
+        let data = if size > 1 {
+            Some(ffi::Win::dynamic()?)
+        } else {
+            None
+        };
+        let bells = ffi::Win::allocate(BELL_WINDOW)?;
+        let align = std::mem::align_of::<vmmc::wait::Bell>();
+        let skew = (bells.base() as usize).wrapping_neg() % align;
+        if bells.base().is_null() || skew + std::mem::size_of::<vmmc::wait::Bell>() > BELL_WINDOW {
+            return Err(Error::Bootstrap(
+                "MPI_Win_allocate gave no memory for the doorbell".into(),
+            ));
+        }
+        let bell_at = ffi::allgather(skew as u64)?;
+        // SAFETY: in the window's memory (checked above).
+        let bell = unsafe { bells.base().add(skew) }.cast::<vmmc::wait::Bell>();
+        // SAFETY: the window's memory is ours, aligned and large enough; the window is never
+        // freed (it lives in WINDOWS until the process exits), as `install_bell` requires.
+        unsafe {
+            bell.write(vmmc::wait::Bell::new());
+            vmmc::wait::install_bell(bell);
+        }
+        if initialised_mpi {
+            // SAFETY: registering a plain function without arguments.
+            unsafe { libc::atexit(finalize_at_exit) };
+        }
+        let w = Arc::new(Windows {
+            data,
+            bells,
+            bell_at,
+        });
+        *g = Some(w.clone());
+        Ok(w)
+    }
+}
+
+/// The MPI side of the transport, shared with the links.
+struct Rma {
+    win: Arc<Windows>,
     /// By rank: a write went on the control connection since the last fence.
     via_control: Vec<AtomicBool>,
+    /// This process's exports by key: base address and length (for reads of its own
+    /// buffers, which need no MPI).
+    local: Mutex<HashMap<u64, (usize, usize)>>,
 }
 
 impl Rma {
@@ -102,7 +167,9 @@ impl Rma {
     /// Whether a thread of `rank` sleeps on its doorbell (read after our data is visible).
     fn sleeping(&self, rank: usize) -> Result<bool> {
         let mut w = [0u8; 4];
-        self.bells.get(&mut w, rank, self.bell_at[rank] as i64)?;
+        self.win
+            .bells
+            .get(&mut w, rank, self.win.bell_at[rank] as i64)?;
         Ok(u32::from_ne_bytes(w) != 0)
     }
 }
@@ -114,7 +181,6 @@ pub struct MpiTransport {
     /// Exported buffers attached to the data window, by id: their base address.
     attached: Mutex<HashMap<BufId, usize>>,
     generation: AtomicU64,
-    initialised_mpi: bool,
     finished: AtomicBool,
 }
 
@@ -199,36 +265,17 @@ impl MpiTransport {
         };
         let tcp = TcpTransport::connect_with(&tenv, hosted)?;
         tcp.set_revoke_waits(true);
-        let data = ffi::Win::dynamic()?;
-        let bells = ffi::Win::allocate(BELL_WINDOW)?;
-        let align = std::mem::align_of::<vmmc::wait::Bell>();
-        let skew = (bells.base() as usize).wrapping_neg() % align;
-        if bells.base().is_null() || skew + std::mem::size_of::<vmmc::wait::Bell>() > BELL_WINDOW {
-            return Err(Error::Bootstrap(
-                "MPI_Win_allocate gave no memory for the doorbell".into(),
-            ));
-        }
-        let bell_at = ffi::allgather(skew as u64)?;
-        // SAFETY: in the window's memory (checked above).
-        let bell = unsafe { bells.base().add(skew) }.cast::<vmmc::wait::Bell>();
-        // SAFETY: the window's memory is ours, aligned and large enough; it is never freed
-        // (see `finish`), as `install_bell` requires.
-        unsafe {
-            bell.write(vmmc::wait::Bell::new());
-            vmmc::wait::install_bell(bell);
-        }
+        let win = Windows::get(size, initialised_mpi)?;
         ffi::barrier()?;
         Ok(MpiTransport {
             tcp,
             rma: Arc::new(Rma {
-                data,
-                bells,
-                bell_at,
+                win,
                 via_control: (0..size).map(|_| AtomicBool::new(false)).collect(),
+                local: Mutex::new(HashMap::new()),
             }),
             attached: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
-            initialised_mpi,
             finished: AtomicBool::new(false),
         })
     }
@@ -277,12 +324,19 @@ impl Transport for MpiTransport {
         if spec.redirectable {
             key |= VIA_CONTROL;
         }
-        // SAFETY: the core keeps the region alive while it is exported; detached in unexport
-        // before the core may free it.
-        unsafe { self.rma.data.attach(base, spec.region.len())? };
+        let len = spec.region.len();
+        if let Some(w) = &self.rma.win.data {
+            // SAFETY: the core keeps the region alive while it is exported; detached in
+            // unexport before the core may free it.
+            unsafe { w.attach(base, len)? };
+        }
         let buf = spec.buf;
+        lock(&self.rma.local).insert(key, (base as usize, len));
         if let Err(e) = self.tcp.export_keyed(spec, key) {
-            let _ = self.rma.data.detach(base);
+            lock(&self.rma.local).remove(&key);
+            if let Some(w) = &self.rma.win.data {
+                let _ = w.detach(base);
+            }
             return Err(e);
         }
         lock(&self.attached).insert(buf, base as usize);
@@ -294,7 +348,10 @@ impl Transport for MpiTransport {
         // docs), before the memory leaves the window.
         let r = self.tcp.unexport(buf);
         if let Some(base) = lock(&self.attached).remove(&buf) {
-            self.rma.data.detach(base as *mut u8)?;
+            lock(&self.rma.local).retain(|_, v| v.0 != base);
+            if let Some(w) = &self.rma.win.data {
+                w.detach(base as *mut u8)?;
+            }
         }
         r
     }
@@ -371,13 +428,11 @@ impl Transport for MpiTransport {
         // no rank frees a window another still writes to.
         let crashed_before = (0..self.tcp.job().size).any(|r| self.tcp.peer_crashed(r));
         let r = self.tcp.finish();
-        // The doorbell window is never freed: it is the process's bell for good
-        // (`vmmc::wait::install_bell`). MPI_Finalize is collective: with a rank dead it
-        // would wait for it forever (Open MPI retries its shared-memory writes to the dead
-        // process), so a survivor of a crash leaves without it.
+        // MPI is finalised when the process exits (it cannot be initialised again, and
+        // another endpoint of this process may follow).
         let crashed = crashed_before || (0..self.tcp.job().size).any(|r| self.tcp.peer_crashed(r));
-        if self.initialised_mpi && !crashed {
-            ffi::finalize();
+        if crashed {
+            CRASHED.store(true, Ordering::SeqCst);
         }
         r
     }
@@ -412,21 +467,24 @@ impl RemoteBuffer for RemoteMpi {
             return self.link.write(offset, data, opts);
         }
         self.rma.order_after_control(self.rank, &self.link)?;
+        let Some(win) = &self.rma.win.data else {
+            return Err(Error::Protocol("no data window in a job of one".into()));
+        };
         let n = data.len();
         let at = self.disp + offset as i64;
         let value = u32::from_ne_bytes(data[n - WORD_SIZE..].try_into().expect("a word"));
         {
             let _under_way = self.link.enter()?;
             if n > WORD_SIZE {
-                self.rma.data.put(&data[..n - WORD_SIZE], self.rank, at)?;
-                self.rma.data.flush(self.rank)?;
+                win.put(&data[..n - WORD_SIZE], self.rank, at)?;
+                win.flush(self.rank)?;
             }
-            self.rma.data.put(
+            win.put(
                 &data[n - WORD_SIZE..],
                 self.rank,
                 at + (n - WORD_SIZE) as i64,
             )?;
-            self.rma.data.flush(self.rank)?;
+            win.flush(self.rank)?;
         }
         let last_at = offset + n - WORD_SIZE;
         if opts.notify && self.link.has_handler() {
@@ -440,7 +498,32 @@ impl RemoteBuffer for RemoteMpi {
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let _under_way = self.link.enter()?;
-        self.rma.data.get(out, self.rank, self.disp + offset as i64)
+        if self.link.is_local() {
+            let (base, len) = *lock(&self.rma.local)
+                .get(&self.link.key())
+                .ok_or(Error::Unexported)?;
+            if offset + out.len() > len {
+                return Err(Error::OutOfBounds {
+                    offset,
+                    len: out.len(),
+                    size: len,
+                });
+            }
+            // SAFETY: the buffer is exported by this process (found by its key, removed at
+            // unexport) and the range lies inside it (checked).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (base as *const u8).add(offset),
+                    out.as_mut_ptr(),
+                    out.len(),
+                )
+            };
+            return Ok(());
+        }
+        let Some(win) = &self.rma.win.data else {
+            return Err(Error::Protocol("no data window in a job of one".into()));
+        };
+        win.get(out, self.rank, self.disp + offset as i64)
     }
 
     fn fence(&self) -> Result<()> {

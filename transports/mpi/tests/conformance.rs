@@ -137,12 +137,12 @@ fn main() {
             continue;
         }
         if s.dies.is_some() {
-            // Measured: under `mpirun --enable-recovery` the survivors see the loss
-            // (PeerLost, through the control plane) and finish the scenario, but Open MPI's
-            // shared-memory transport then retries its writes to the dead process forever
-            // ("Wrote -1, expected 60, errno = 3") and the job never ends; without the flag
-            // mpirun kills every rank. The tcp suite covers the transport's part (the
-            // control plane is the same code).
+            // Measured: without `--enable-recovery` mpirun kills every rank when one dies;
+            // with it, a survivor whose put or flush targets the dead rank before the control
+            // plane has reported it stays inside Open MPI's shared-memory BTL, which retries
+            // its write to the vanished process forever ("Wrote -1, expected 60, errno = 3",
+            // ESRCH). The transport's own part (the loss reported as PeerLost by the control
+            // plane) is the tcp transport's code and is covered by its suite.
             println!(
                 "test conformance::{name} ({} processes) ... ignored: Open MPI 4.1 cannot \
                  keep a job alive past a dead rank",
