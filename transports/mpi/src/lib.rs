@@ -70,6 +70,12 @@ use vmmc_tcp::{RemoteTcp, TcpTransport};
 
 /// Bit of a key: the buffer takes writes on the control connection only (redirectable).
 const VIA_CONTROL: u64 = 1 << 63;
+/// Bit of a key: the buffer lies in the allocated pool window (the address bits are then
+/// its offset there), not in the dynamic window.
+const IN_POOL: u64 = 1 << 62;
+/// Bytes of receive-buffer memory each rank allocates with `MPI_Win_allocate` at start
+/// (`VMMC_MPI_POOL` overrides; 0 turns the pool off).
+const POOL_DEFAULT: usize = 64 << 20;
 /// Bits of a key that hold the buffer's address (x86_64 and aarch64 user space).
 const ADDR_BITS: u32 = 47;
 const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
@@ -85,6 +91,8 @@ struct Windows {
     /// Receive buffers are attached here; `None` in a job of one, where Open MPI has no
     /// component for dynamic windows (every buffer is then local).
     data: Option<ffi::Win>,
+    /// Receive buffers allocated through the endpoint come from here (see the crate docs).
+    pool: Option<Arc<Pool>>,
     bells: ffi::Win,
     /// By rank: the displacement of its doorbell (whose first word counts its sleepers).
     bell_at: Vec<u64>,
@@ -112,6 +120,21 @@ impl Windows {
         } else {
             None
         };
+        let pool_len = std::env::var("VMMC_MPI_POOL")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(POOL_DEFAULT);
+        let pool = if size > 1 && pool_len > 0 {
+            let win = ffi::Win::allocate(pool_len)?;
+            Some(Arc::new(Pool {
+                base: win.base() as usize,
+                len: pool_len,
+                free: Mutex::new(vec![(0, pool_len)]),
+                win,
+            }))
+        } else {
+            None
+        };
         let bells = ffi::Win::allocate(BELL_WINDOW)?;
         let align = std::mem::align_of::<vmmc::wait::Bell>();
         let skew = (bells.base() as usize).wrapping_neg() % align;
@@ -135,11 +158,81 @@ impl Windows {
         }
         let w = Arc::new(Windows {
             data,
+            pool,
             bells,
             bell_at,
         });
         *g = Some(w.clone());
         Ok(w)
+    }
+}
+
+/// Memory of an allocated window handed out as receive buffers: first fit, page-rounded.
+struct Pool {
+    win: ffi::Win,
+    base: usize,
+    len: usize,
+    /// Free ranges (offset, length), sorted by offset.
+    free: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Pool {
+    fn take(self: &Arc<Pool>, len: usize) -> Option<Region> {
+        let want = len.div_ceil(4096).max(1) * 4096;
+        let off = {
+            let mut f = lock(&self.free);
+            let i = f.iter().position(|&(_, l)| l >= want)?;
+            let (o, l) = f[i];
+            if l == want {
+                f.remove(i);
+            } else {
+                f[i] = (o + want, l - want);
+            }
+            o
+        };
+        let p = (self.base + off) as *mut u8;
+        // SAFETY: the range lies in this rank's part of the window, which is never freed, and
+        // was free: nobody else uses it. Zeroed, as the core's own allocations are.
+        unsafe { std::ptr::write_bytes(p, 0, want) };
+        let chunk = Chunk {
+            pool: self.clone(),
+            off,
+            len: want,
+        };
+        // SAFETY: valid, zeroed memory that stays allocated until `chunk` drops.
+        Some(unsafe { Region::from_owned_parts(p, len, Box::new(chunk)) })
+    }
+
+    fn give(&self, off: usize, len: usize) {
+        let mut f = lock(&self.free);
+        let i = f.partition_point(|&(o, _)| o < off);
+        f.insert(i, (off, len));
+        // Coalesce with the neighbours.
+        if i + 1 < f.len() && f[i].0 + f[i].1 == f[i + 1].0 {
+            f[i].1 += f[i + 1].1;
+            f.remove(i + 1);
+        }
+        if i > 0 && f[i - 1].0 + f[i - 1].1 == f[i].0 {
+            f[i - 1].1 += f[i].1;
+            f.remove(i);
+        }
+    }
+
+    fn contains(&self, p: usize) -> Option<usize> {
+        (p >= self.base && p < self.base + self.len).then(|| p - self.base)
+    }
+}
+
+/// A receive buffer's memory in the pool, given back when its region's last clone drops.
+struct Chunk {
+    pool: Arc<Pool>,
+    off: usize,
+    len: usize,
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        self.pool.give(self.off, self.len);
     }
 }
 
@@ -179,7 +272,9 @@ pub struct MpiTransport {
     tcp: TcpTransport,
     rma: Arc<Rma>,
     /// Exported buffers attached to the data window, by id: their base address.
-    attached: Mutex<HashMap<BufId, usize>>,
+    /// Exported buffers, by id: their base address and whether it is attached to the dynamic
+    /// window (not in the pool).
+    attached: Mutex<HashMap<BufId, (usize, bool)>>,
     generation: AtomicU64,
     finished: AtomicBool,
 }
@@ -306,9 +401,22 @@ impl Transport for MpiTransport {
         self.tcp.job()
     }
 
+    fn alloc(&self, len: usize, _kind: vmmc::MemKind) -> Option<Result<Region>> {
+        self.rma.win.pool.as_ref()?.take(len).map(Ok)
+    }
+
     fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
         let base = spec.region.as_ptr();
-        let addr = ffi::address(base)? as u64;
+        let pooled = self
+            .rma
+            .win
+            .pool
+            .as_ref()
+            .and_then(|p| p.contains(base as usize));
+        let addr = match pooled {
+            Some(off) => off as u64,
+            None => ffi::address(base)? as u64,
+        };
         if addr & !ADDR_MASK != 0 {
             return Err(Error::InvalidArgument(
                 "a receive buffer above 2^47 cannot be named in a key",
@@ -324,8 +432,11 @@ impl Transport for MpiTransport {
         if spec.redirectable {
             key |= VIA_CONTROL;
         }
+        if pooled.is_some() {
+            key |= IN_POOL;
+        }
         let len = spec.region.len();
-        if let Some(w) = &self.rma.win.data {
+        if let (Some(w), None) = (&self.rma.win.data, pooled) {
             // SAFETY: the core keeps the region alive while it is exported; detached in
             // unexport before the core may free it.
             unsafe { w.attach(base, len)? };
@@ -334,12 +445,12 @@ impl Transport for MpiTransport {
         lock(&self.rma.local).insert(key, (base as usize, len));
         if let Err(e) = self.tcp.export_keyed(spec, key) {
             lock(&self.rma.local).remove(&key);
-            if let Some(w) = &self.rma.win.data {
+            if let (Some(w), None) = (&self.rma.win.data, pooled) {
                 let _ = w.detach(base);
             }
             return Err(e);
         }
-        lock(&self.attached).insert(buf, base as usize);
+        lock(&self.attached).insert(buf, (base as usize, pooled.is_none()));
         Ok(())
     }
 
@@ -347,9 +458,9 @@ impl Transport for MpiTransport {
         // Revokes the key at every peer, which waits for its puts under way (see the crate
         // docs), before the memory leaves the window.
         let r = self.tcp.unexport(buf);
-        if let Some(base) = lock(&self.attached).remove(&buf) {
+        if let Some((base, was_attached)) = lock(&self.attached).remove(&buf) {
             lock(&self.rma.local).retain(|_, v| v.0 != base);
-            if let Some(w) = &self.rma.win.data {
+            if let (Some(w), true) = (&self.rma.win.data, was_attached) {
                 w.detach(base as *mut u8)?;
             }
         }
@@ -369,6 +480,7 @@ impl Transport for MpiTransport {
                     rank: link.owner(),
                     disp: (key & ADDR_MASK) as i64,
                     via_control: key & VIA_CONTROL != 0 || link.is_local(),
+                    pooled: key & IN_POOL != 0,
                     link,
                     rma: self.rma.clone(),
                 }))
@@ -451,6 +563,20 @@ pub struct RemoteMpi {
     rank: usize,
     disp: i64,
     via_control: bool,
+    pooled: bool,
+}
+
+impl RemoteMpi {
+    /// The window the buffer lies in.
+    #[inline]
+    fn window(&self) -> Result<&ffi::Win> {
+        let w = if self.pooled {
+            self.rma.win.pool.as_ref().map(|p| &p.win)
+        } else {
+            self.rma.win.data.as_ref()
+        };
+        w.ok_or_else(|| Error::Protocol("no data window in a job of one".into()))
+    }
 }
 
 impl RemoteBuffer for RemoteMpi {
@@ -467,9 +593,7 @@ impl RemoteBuffer for RemoteMpi {
             return self.link.write(offset, data, opts);
         }
         self.rma.order_after_control(self.rank, &self.link)?;
-        let Some(win) = &self.rma.win.data else {
-            return Err(Error::Protocol("no data window in a job of one".into()));
-        };
+        let win = self.window()?;
         let n = data.len();
         let at = self.disp + offset as i64;
         let value = u32::from_ne_bytes(data[n - WORD_SIZE..].try_into().expect("a word"));
@@ -520,10 +644,8 @@ impl RemoteBuffer for RemoteMpi {
             };
             return Ok(());
         }
-        let Some(win) = &self.rma.win.data else {
-            return Err(Error::Protocol("no data window in a job of one".into()));
-        };
-        win.get(out, self.rank, self.disp + offset as i64)
+        self.window()?
+            .get(out, self.rank, self.disp + offset as i64)
     }
 
     fn fence(&self) -> Result<()> {
