@@ -40,5 +40,6 @@ target/release/bench-svm --quick --out target/bench-smoke >/dev/null
 target/release/bench-oversubscribe --quick --out target/bench-smoke >/dev/null
 target/release/bench-hamlyn --rounds 1 --max-size 4096 --out target/bench-smoke >/dev/null
 target/release/bench-tcp --quick --out target/bench-smoke >/dev/null
+target/release/bench-mpi --rounds 1 --ms 10 >/dev/null
 read -r passed failed <<<"$totals"
 echo "tests: $passed passed, $failed failed"
