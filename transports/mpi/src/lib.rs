@@ -705,7 +705,15 @@ impl RemoteBuffer for RemoteMpi {
     }
 
     fn fence(&self) -> Result<()> {
-        // Puts are complete when write returns; frames on the control connection are not.
-        self.link.fence()
+        // Puts are complete when write returns; frames on the control connection are not:
+        // a round trip only when some may be under way.
+        if self.via_control {
+            if self.link.is_local() {
+                return Ok(());
+            }
+            self.rma.via_control[self.rank].store(false, Ordering::Release);
+            return self.link.fence();
+        }
+        self.rma.order_after_control(self.rank, &self.link)
     }
 }
