@@ -3,7 +3,8 @@
 //! allocated pool and into attached process memory arrive whole and in order, their bytes go
 //! by `MPI_Put` and not over the control connections (the transport's counters say so),
 //! remote read returns what was written, notifications arrive in order with their values,
-//! and after unexport the sender is refused.
+//! after unexport the sender is refused, and a receiver waiting for a late put sleeps and is
+//! woken by the put's doorbell ring (under a tenth of a CPU while it waits).
 //!
 //! `cargo test -p vmmc-mpi --test rma`
 
@@ -23,6 +24,16 @@ const CHUNK: usize = 4096;
 
 fn pattern(i: usize) -> Vec<u8> {
     (0..CHUNK).map(|k| (i * 31 + k * 7) as u8).collect()
+}
+
+/// CPU time of this process so far, in seconds.
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 fn rank_body() -> Result<(), String> {
@@ -88,6 +99,16 @@ fn rank_body() -> Result<(), String> {
             other => return Err(format!("a send after unexport gave {other:?}")),
         }
         p2.send(0, &[1u8; 4]).map_err(e)?;
+        sync.barrier()?;
+        // Rank 1 waits for a word that comes only now: it must sleep meanwhile (burning no
+        // CPU) and be woken by the put's doorbell ring.
+        std::thread::sleep(Duration::from_millis(1500));
+        let frames = t.control_stats().frames_sent;
+        p2.send(LEN - 4, &0xD00Du32.to_ne_bytes()).map_err(e)?;
+        // The receiver slept: the put was followed by a ring on the control connection.
+        if t.control_stats().frames_sent == frames {
+            return Err("no doorbell ring for a sleeping receiver".into());
+        }
     } else {
         sync.barrier()?;
         for i in 0..SENDS {
@@ -113,6 +134,20 @@ fn rank_body() -> Result<(), String> {
         }
         ep.unexport(1).map_err(e)?;
         sync.barrier()?;
+        sync.barrier()?;
+        let (cpu0, t0) = (cpu_secs(), Instant::now());
+        wait_for(&ep, Some(0), "the late word", || {
+            attached.load_u32(LEN - 4).unwrap_or(0) == 0xD00D
+        })?;
+        let (cpu, wall) = (cpu_secs() - cpu0, t0.elapsed().as_secs_f64());
+        if wall < 1.0 || cpu > 0.1 * wall {
+            return Err(format!(
+                "waiting {wall:.2} s for a put used {cpu:.3} s of CPU (expected a sleep)"
+            ));
+        }
+        if vmmc::wait::counts().iter().all(|c| c.sleeps == 0) {
+            return Err("the wait never slept".into());
+        }
     }
     sync.barrier()?;
     drop(sync);
