@@ -142,10 +142,12 @@ impl Windows {
         } else {
             None
         };
-        let pool_len = std::env::var("VMMC_MPI_POOL")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(POOL_DEFAULT);
+        let pool_len = match std::env::var("VMMC_MPI_POOL") {
+            Err(_) => POOL_DEFAULT,
+            Ok(v) => v.trim().parse::<usize>().map_err(|_| {
+                Error::Bootstrap(format!("VMMC_MPI_POOL={v:?} is not a number of bytes"))
+            })?,
+        };
         let pool = if size > 1 && pool_len > 0 {
             let win = ffi::Win::allocate(pool_len)?;
             Some(Arc::new(Pool {
