@@ -32,7 +32,11 @@ use vmmc::bootstrap::BootEnv;
 use vmmc::{Endpoint, Error, Result};
 
 /// The transports this build knows.
+#[cfg(not(feature = "mpi"))]
 pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp"];
+/// The transports this build knows.
+#[cfg(feature = "mpi")]
+pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp", "mpi"];
 
 /// Set to 1 to have every rank say on stderr which transport it runs on.
 pub const VERBOSE_VAR: &str = "VMMC_VERBOSE";
@@ -60,7 +64,18 @@ pub const SIM_STATS_VAR: &str = "VMMC_SIM_STATS";
 
 /// Joins the job described by the environment and returns this process's endpoint.
 pub fn init() -> Result<Endpoint> {
-    init_with(&BootEnv::from_env()?)
+    init_with(&detect(BootEnv::from_env()?))
+}
+
+/// A program that an MPI launcher started without `VMMC_TRANSPORT` runs on the mpi
+/// transport when it is built in (and says so with `VMMC_VERBOSE=1`); otherwise the
+/// environment's choice stands (shm by default), and an unknown name is an error.
+fn detect(mut env: BootEnv) -> BootEnv {
+    let chosen = std::env::var(vmmc::bootstrap::vars::TRANSPORT).is_ok_and(|t| !t.is_empty());
+    if cfg!(feature = "mpi") && !chosen && env.launcher == vmmc::bootstrap::Launcher::Mpi {
+        env.transport = "mpi".into();
+    }
+    env
 }
 
 /// Joins the job described by `env`.
@@ -68,6 +83,8 @@ pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
     let ep = match env.transport.as_str() {
         "shm" => Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(env)?)),
         "tcp" => Endpoint::new(Arc::new(vmmc_tcp::TcpTransport::connect(env)?)),
+        #[cfg(feature = "mpi")]
+        "mpi" => Endpoint::new(Arc::new(vmmc_mpi::MpiTransport::connect(env)?)),
         "sim" => Err(Error::Bootstrap(
             "the sim transport runs every node as a thread of one process: start the program \
              through vmmc_run::run"
@@ -80,6 +97,11 @@ pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
     }?;
     let detail = match (env.transport.as_str(), &env.rendezvous) {
         ("tcp", Some(rv)) => format!(" (rendezvous {rv}, host {})", ep.my_host_name()),
+        ("mpi", _) if std::env::var(vmmc::bootstrap::vars::TRANSPORT).is_err() => format!(
+            " (MPI one-sided; detected from the MPI launcher's environment, host {})",
+            ep.my_host_name()
+        ),
+        ("mpi", _) => format!(" (MPI one-sided, host {})", ep.my_host_name()),
         _ => String::new(),
     };
     announce(env, &detail);
@@ -95,7 +117,7 @@ pub fn run<F>(body: F) -> Result<()>
 where
     F: Fn(Endpoint) -> Result<()> + Sync,
 {
-    let env = BootEnv::from_env()?;
+    let env = detect(BootEnv::from_env()?);
     if env.transport != "sim" {
         return body(init_with(&env)?);
     }

@@ -46,6 +46,10 @@ pub fn cargo_build(packages: &[&str]) {
     for p in packages {
         cmd.args(["-p", p]);
     }
+    // The launcher with the transports this test was built with.
+    if cfg!(feature = "mpi") && packages.contains(&"vmmc-run") {
+        cmd.args(["--features", "vmmc-run/mpi"]);
+    }
     match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}
         Some("release") => {

@@ -292,3 +292,70 @@ fn runs_under_mpirun_over_tcp() {
         "{stderr}"
     );
 }
+
+/// `mpirun` as root and with more ranks than cores, as this machine needs.
+#[cfg(feature = "mpi")]
+fn mpirun() -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe"]);
+    // SAFETY: geteuid has no memory effects.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    c
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn vmmc_run_starts_an_mpi_job_on_the_mpi_transport() {
+    let out = Command::new(launcher())
+        .args(["-n", "3", "--transport", "mpi", "--"])
+        .arg(example("ring"))
+        .env("VMMC_VERBOSE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("got token").count(), 3, "{stdout}");
+    assert_eq!(
+        stderr
+            .matches("runs on transport mpi (MPI one-sided")
+            .count(),
+        3,
+        "{stderr}"
+    );
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn mpirun_alone_is_detected_and_said() {
+    // No VMMC_TRANSPORT: a program that mpirun starts runs on the mpi transport and says
+    // that it found it in the launcher's environment.
+    let out = mpirun()
+        .args(["-n", "2", "-x", "VMMC_VERBOSE=1"])
+        .arg(example("ring"))
+        .env_remove("VMMC_TRANSPORT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("got token").count(), 2, "{stdout}");
+    assert_eq!(
+        stderr
+            .matches("runs on transport mpi (MPI one-sided; detected from the MPI launcher")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    // A transport that is not built in is an error in every rank, never a fall-back.
+    let out = mpirun()
+        .args(["-n", "2", "-x", "VMMC_TRANSPORT=infiniband"])
+        .arg(example("ring"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("is not built in"), "{stderr}");
+}

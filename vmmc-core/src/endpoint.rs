@@ -332,6 +332,9 @@ impl Endpoint {
     /// Allocates memory for a receive buffer. `Shared` memory is written by importers at
     /// user level; `Private` memory through the kernel, one system call per send.
     pub fn alloc(&self, len: usize, kind: MemKind) -> Result<Region> {
+        if let Some(r) = self.sh.t.alloc(len, kind) {
+            return r;
+        }
         Region::alloc(len, kind)
     }
 

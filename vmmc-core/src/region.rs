@@ -27,6 +27,8 @@ struct Mapping {
     /// Length actually mapped (rounded up to a page); 0 when the memory is borrowed.
     mapped: usize,
     fd: Option<OwnedFd>,
+    /// Who gives the memory back when the last clone drops (a transport's pool).
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: the mapping is plain memory; all access goes through raw pointers with the
@@ -90,6 +92,7 @@ impl Region {
                 len,
                 mapped,
                 fd: Some(fd),
+                _owner: None,
             }),
         })
     }
@@ -120,6 +123,7 @@ impl Region {
                 len,
                 mapped,
                 fd: None,
+                _owner: None,
             }),
         })
     }
@@ -142,6 +146,7 @@ impl Region {
                 len,
                 mapped,
                 fd: Some(fd),
+                _owner: None,
             }),
         })
     }
@@ -159,6 +164,30 @@ impl Region {
                 len,
                 mapped: 0,
                 fd: None,
+                _owner: None,
+            }),
+        }
+    }
+
+    /// Wraps memory that a transport allocated for a receive buffer (an MPI window's, say):
+    /// `owner` is dropped, and gives the memory back, when the last clone of the region is.
+    /// The region reports itself as [`MemKind::Private`] (no descriptor to share).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid, writable, zeroed or initialised memory that stays
+    /// allocated until `owner` is dropped.
+    pub unsafe fn from_owned_parts(
+        ptr: *mut u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Region {
+        Region {
+            map: Arc::new(Mapping {
+                ptr,
+                len,
+                mapped: 0,
+                fd: None,
+                _owner: Some(owner),
             }),
         }
     }

@@ -320,6 +320,12 @@ pub trait Transport: Send + Sync {
     fn caps(&self) -> Caps;
     /// The job as learned at bootstrap.
     fn job(&self) -> &JobInfo;
+    /// Allocates memory for a receive buffer where the transport writes it fastest (an MPI
+    /// transport's allocated window), or `None` to let the core map it ([`Region::alloc`]).
+    fn alloc(&self, len: usize, kind: crate::MemKind) -> Option<Result<Region>> {
+        let _ = (len, kind);
+        None
+    }
     /// Makes a receive buffer importable, through the trusted party.
     fn export(&self, spec: ExportSpec<'_>) -> Result<()>;
     /// Breaks every link to `buf`, waits for data in flight, and unregisters it.

@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm|sim|tcp] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp|mpi] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
@@ -6,7 +6,9 @@
 //! the rendezvous listens on `--rendezvous HOST:PORT` (default: a free loopback port). A rank that dies
 //! is reported to the others (their operations on it fail with "peer lost"); the job's shared
 //! memory is anonymous (memfd) and goes away with its last user, and the rendezvous directory
-//! is removed at exit, also when ranks crash.
+//! is removed at exit, also when ranks crash. The mpi transport's jobs are MPI jobs: for
+//! them vmmc-run becomes `mpirun` (`VMMC_MPIRUN` names another), with `--oversubscribe`,
+//! `--allow-run-as-root` when run as root, and the transport passed on with `-x`.
 
 use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
@@ -52,6 +54,57 @@ fn job_dir() -> std::io::Result<PathBuf> {
         }
     }
     Err(std::io::Error::other("no free job directory"))
+}
+
+/// Runs the job as an MPI job: this process becomes mpirun (signals then reach it directly).
+fn exec_mpirun(args: &Args) -> Result<ExitCode, String> {
+    use std::os::unix::process::CommandExt;
+    if args.rendezvous.is_some() {
+        return Err("--rendezvous is for the tcp transport (set VMMC_RENDEZVOUS for mpi)".into());
+    }
+    let mpirun = std::env::var("VMMC_MPIRUN").unwrap_or_else(|_| "mpirun".into());
+    let mut cmd = Command::new(&mpirun);
+    cmd.args(["-n", &args.n.to_string(), "--oversubscribe"]);
+    // SAFETY: geteuid has no memory effects.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    if args.tag_output {
+        cmd.arg("--tag-output");
+    }
+    if let Some(b) = &args.bind_to {
+        cmd.args(["--bind-to", b]);
+    }
+    // A new job: not the MPI identity of a process that started us (an MPI singleton, such
+    // as a test harness that made a job of one, carries its own in the environment, and
+    // mpirun then fails without a word). The user's tuning (other OMPI_MCA_*) stays.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if [
+            "PMIX_",
+            "ORTE_",
+            "OMPI_MCA_ess",
+            "OMPI_MCA_orte_",
+            "OMPI_MCA_pmix",
+            "OMPI_COMM_WORLD_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+            || [
+                "OMPI_APP_CTX_NUM_PROCS",
+                "OMPI_COMMAND",
+                "OMPI_UNIVERSE_SIZE",
+            ]
+            .contains(&&*k)
+        {
+            cmd.env_remove(&*k);
+        }
+    }
+    cmd.args(["-x", "VMMC_TRANSPORT=mpi"])
+        .env(vars::TRANSPORT, "mpi")
+        .args(&args.command);
+    let e = cmd.exec();
+    Err(format!("cannot run {mpirun}: {e}"))
 }
 
 fn main() -> ExitCode {
@@ -152,6 +205,9 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
     }
     if transport == "sim" {
         return run_sim(&args);
+    }
+    if transport == "mpi" {
+        return exec_mpirun(&args);
     }
     if args.rendezvous.is_some() && transport != "tcp" {
         return Err("--rendezvous is for the tcp transport".into());

@@ -197,7 +197,41 @@ fn begin(sh: &Shared, conn: &Conn, rx: &mut Rx, h: Header) -> std::result::Resul
             None => Dest::Discard,
         },
         kind::REVOKE => {
-            sh.link(conn.rank, h.key).revoked.store(1, Ordering::SeqCst);
+            let l = sh.link(conn.rank, h.key);
+            l.revoked.store(1, Ordering::SeqCst);
+            // An embedding transport's one-sided writes through this link may be under way
+            // on program threads: the frames after this one (a fence's) wait until they are
+            // complete, so the exporter's unexport returns only after the last of them.
+            let mut spins = 0u32;
+            while l.in_flight.load(Ordering::SeqCst) != 0 {
+                spins = spins.wrapping_add(1);
+                if spins > 100 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Dest::Discard
+        }
+        kind::PLACED => {
+            if h.len != 0 {
+                return Err(());
+            }
+            let at = h.offset & 0xffff_ffff;
+            let value = (h.offset >> 32) as u32;
+            let probe = Header {
+                kind: kind::WRITE,
+                flags: 0,
+                len: WORD_SIZE as u64,
+                key: h.key,
+                offset: at,
+            };
+            if let Some(b) = sh.admit(conn.rank, &probe) {
+                let e = b.0.clone();
+                drop(b);
+                let notify = h.flags & FLAG_NOTIFY != 0;
+                sh.placed(&e, at as usize, WORD_SIZE, &value.to_ne_bytes(), notify);
+            }
             Dest::Discard
         }
         kind::FENCE => {

@@ -233,6 +233,9 @@ impl Drop for Busy {
 #[derive(Default)]
 struct Link {
     revoked: AtomicU32,
+    /// One-sided writes of an embedding transport under way through this link (see
+    /// [`RemoteTcp::enter`]); the progress engine waits for them when the key is revoked.
+    in_flight: AtomicU32,
 }
 
 /// The connection to one peer.
@@ -477,6 +480,9 @@ pub struct TcpTransport {
     threads: Mutex<Vec<JoinHandle<()>>>,
     own_rendezvous: Option<server::Rendezvous>,
     finished: AtomicBool,
+    /// Unexport waits until every peer has seen the revocation (see
+    /// [`TcpTransport::set_revoke_waits`]).
+    revoke_waits: AtomicBool,
 }
 
 fn connect_retry(addr: &str) -> Result<TcpStream> {
@@ -549,18 +555,26 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> Result<TcpStream> {
 impl TcpTransport {
     /// Joins the job described by the launcher's environment.
     pub fn connect(env: &BootEnv) -> Result<TcpTransport> {
+        Self::connect_with(env, None)
+    }
+
+    /// Joins the job, with `hosted` the rendezvous this process already started (an embedding
+    /// transport's rank 0, which publishes its address by other means); the transport keeps
+    /// it and leaves the job last, as a rank 0 that hosts it always does.
+    pub fn connect_with(env: &BootEnv, hosted: Option<server::Rendezvous>) -> Result<TcpTransport> {
         let by_launcher = std::env::var(RENDEZVOUS_BY).is_ok_and(|v| v == "launcher");
-        let (addr, own) = match &env.rendezvous {
-            Some(a) if env.rank == 0 && !by_launcher => {
+        let (addr, own) = match (&env.rendezvous, hosted) {
+            (_, Some(rv)) => (rv.addr().to_string(), Some(rv)),
+            (Some(a), None) if env.rank == 0 && !by_launcher => {
                 let rv = server::Rendezvous::start(a, env.size)?;
                 (rv.addr().to_string(), Some(rv))
             }
-            Some(a) => (a.clone(), None),
-            None if env.size == 1 => {
+            (Some(a), None) => (a.clone(), None),
+            (None, None) if env.size == 1 => {
                 let rv = server::Rendezvous::start("127.0.0.1:0", 1)?;
                 (rv.addr().to_string(), Some(rv))
             }
-            None => {
+            (None, None) => {
                 return Err(Error::Bootstrap(
                     "the tcp transport needs VMMC_RENDEZVOUS=host:port (rank 0 listens there)"
                         .into(),
@@ -667,6 +681,7 @@ impl TcpTransport {
             threads: Mutex::new(threads),
             own_rendezvous: own,
             finished: AtomicBool::new(false),
+            revoke_waits: AtomicBool::new(false),
         })
     }
 
@@ -742,6 +757,103 @@ impl TcpTransport {
                 .transpose()
             })
             .collect()
+    }
+
+    /// Exports with a key chosen by the caller (an embedding transport encodes where the
+    /// buffer lies in its own address space); keys must be unique within this process for
+    /// the whole job, as revoked keys stay revoked.
+    pub fn export_keyed(&self, spec: ExportSpec<'_>, key: u64) -> Result<()> {
+        let e = Arc::new(Entry {
+            buf: spec.buf,
+            key,
+            base: spec.region.as_ptr(),
+            len: spec.region.len(),
+            importers: spec.importers.clone(),
+            has_handler: spec.has_handler,
+            redirectable: spec.redirectable,
+            redir: RedirSlot::new(),
+            revoked: AtomicU32::new(0),
+            busy: AtomicU32::new(0),
+        });
+        {
+            let mut ex = lock(&self.sh.exports);
+            if ex.by_buf.contains_key(&spec.buf) {
+                return Err(Error::BufIdInUse(spec.buf));
+            }
+            ex.by_buf.insert(spec.buf, e.clone());
+            ex.by_key.insert(key, e);
+        }
+        let req = self.req();
+        let m = Msg::Export {
+            req,
+            buf: spec.buf,
+            len: spec.region.len() as u64,
+            key,
+            has_handler: spec.has_handler,
+            importers: spec.importers.clone(),
+        };
+        let r = match self.call(req, &m) {
+            Ok(Msg::Ok { .. }) => Ok(()),
+            Ok(Msg::Err { code, text, .. }) => Err(proto::error_from(code, text, spec.buf)),
+            Ok(other) => Err(Error::Protocol(format!("unexpected {other:?}"))),
+            Err(e) => Err(e),
+        };
+        if r.is_err() {
+            let mut ex = lock(&self.sh.exports);
+            ex.by_buf.remove(&spec.buf);
+            ex.by_key.remove(&key);
+        }
+        r
+    }
+
+    /// Makes unexport wait until every live peer has processed the revocation, so that an
+    /// embedding transport's one-sided writes through the old links are complete when it
+    /// returns (each peer's progress engine waits for them, see [`RemoteTcp::enter`]).
+    pub fn set_revoke_waits(&self, on: bool) {
+        self.revoke_waits.store(on, Ordering::SeqCst);
+    }
+
+    /// [`Transport::import_poll`] returning the link itself, for an embedding transport.
+    pub fn import_poll_link(&self, request: u64, wait: bool) -> Result<Option<RemoteTcp>> {
+        let (owner, buf) = *lock(&self.requests)
+            .get(&request)
+            .ok_or(Error::InvalidArgument("unknown import request"))?;
+        let Some(m) = self.wait_reply(request, wait)? else {
+            return Ok(None);
+        };
+        lock(&self.requests).remove(&request);
+        match m {
+            Msg::ImportOk {
+                key,
+                len,
+                has_handler,
+                ..
+            } => Ok(Some(RemoteTcp {
+                sh: self.sh.clone(),
+                conn: self.sh.conns[owner].clone(),
+                owner,
+                key,
+                len: len as usize,
+                has_handler,
+                link: self.sh.link(owner, key),
+            })),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, buf)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Whether `rank` died without leaving the job cleanly, as the rendezvous reported it
+    /// (or as its connection broke, while this process has not started to leave).
+    pub fn peer_crashed(&self, rank: usize) -> bool {
+        self.sh
+            .conns
+            .get(rank)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| {
+                c.reported.load(Ordering::Acquire) == LOST
+                    || (!self.finished.load(Ordering::Acquire)
+                        && c.state.load(Ordering::Acquire) == LOST)
+            })
     }
 
     /// This rank's statistics so far.
@@ -891,47 +1003,7 @@ impl Transport for TcpTransport {
 
     fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let e = Arc::new(Entry {
-            buf: spec.buf,
-            key,
-            base: spec.region.as_ptr(),
-            len: spec.region.len(),
-            importers: spec.importers.clone(),
-            has_handler: spec.has_handler,
-            redirectable: spec.redirectable,
-            redir: RedirSlot::new(),
-            revoked: AtomicU32::new(0),
-            busy: AtomicU32::new(0),
-        });
-        {
-            let mut ex = lock(&self.sh.exports);
-            if ex.by_buf.contains_key(&spec.buf) {
-                return Err(Error::BufIdInUse(spec.buf));
-            }
-            ex.by_buf.insert(spec.buf, e.clone());
-            ex.by_key.insert(key, e);
-        }
-        let req = self.req();
-        let m = Msg::Export {
-            req,
-            buf: spec.buf,
-            len: spec.region.len() as u64,
-            key,
-            has_handler: spec.has_handler,
-            importers: spec.importers.clone(),
-        };
-        let r = match self.call(req, &m) {
-            Ok(Msg::Ok { .. }) => Ok(()),
-            Ok(Msg::Err { code, text, .. }) => Err(proto::error_from(code, text, spec.buf)),
-            Ok(other) => Err(Error::Protocol(format!("unexpected {other:?}"))),
-            Err(e) => Err(e),
-        };
-        if r.is_err() {
-            let mut ex = lock(&self.sh.exports);
-            ex.by_buf.remove(&spec.buf);
-            ex.by_key.remove(&key);
-        }
-        r
+        self.export_keyed(spec, key)
     }
 
     fn unexport(&self, buf: BufId) -> Result<()> {
@@ -967,6 +1039,12 @@ impl Transport for TcpTransport {
         for c in self.sh.conns.iter().flatten() {
             let _ = c.send_frame(&h, &[], &self.sh.stats);
         }
+        if self.revoke_waits.load(Ordering::SeqCst) {
+            // A peer that is lost meanwhile writes nothing more: its error is no failure here.
+            for c in self.sh.conns.iter().flatten() {
+                let _ = c.fence(&self.sh.stats);
+            }
+        }
         let req = self.req();
         match self.call(req, &Msg::Unexport { req, buf })? {
             Msg::Ok { .. } => Ok(()),
@@ -997,30 +1075,10 @@ impl Transport for TcpTransport {
     }
 
     fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll> {
-        let (owner, buf) = *lock(&self.requests)
-            .get(&request)
-            .ok_or(Error::InvalidArgument("unknown import request"))?;
-        let Some(m) = self.wait_reply(request, wait)? else {
-            return Ok(ImportPoll::Pending);
-        };
-        lock(&self.requests).remove(&request);
-        match m {
-            Msg::ImportOk {
-                key,
-                len,
-                has_handler,
-                ..
-            } => Ok(ImportPoll::Ready(Box::new(RemoteTcp {
-                sh: self.sh.clone(),
-                conn: self.sh.conns[owner].clone(),
-                key,
-                len: len as usize,
-                has_handler,
-                link: self.sh.link(owner, key),
-            }))),
-            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, buf)),
-            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
-        }
+        Ok(match self.import_poll_link(request, wait)? {
+            None => ImportPoll::Pending,
+            Some(r) => ImportPoll::Ready(Box::new(r)),
+        })
     }
 
     fn progress(
@@ -1194,13 +1252,79 @@ pub struct RemoteTcp {
     sh: Arc<Shared>,
     /// `None` for a buffer this process exported itself.
     conn: Option<Arc<Conn>>,
+    owner: usize,
     key: u64,
     len: usize,
     has_handler: bool,
     link: Arc<Link>,
 }
 
+/// A one-sided write under way through a link (see [`RemoteTcp::enter`]).
+pub struct InFlight<'a>(&'a Link);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl RemoteTcp {
+    /// The exporter's rank.
+    pub fn owner(&self) -> usize {
+        self.owner
+    }
+
+    /// The export's key, as the exporter chose it.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Whether the exporter has a notification handler on the buffer.
+    pub fn has_handler(&self) -> bool {
+        self.has_handler
+    }
+
+    /// Whether the buffer belongs to this process.
+    pub fn is_local(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    /// Starts a one-sided write of an embedding transport through this link: refused once
+    /// the exporter has revoked it, and counted until the guard drops, so that the exporter's
+    /// unexport (with [`TcpTransport::set_revoke_waits`]) returns only after it is complete.
+    pub fn enter(&self) -> Result<InFlight<'_>> {
+        self.link.in_flight.fetch_add(1, Ordering::SeqCst);
+        let g = InFlight(&self.link);
+        self.live()?;
+        if let Some(c) = &self.conn {
+            c.check()?;
+        }
+        Ok(g)
+    }
+
+    /// Announces a write that another path already made visible at the exporter: its last
+    /// word (offset `last_at`, value `value`) is checked on arrival like a write, the
+    /// exporter's bell is rung, and with `notify` its handler is called. Frames stay in order
+    /// with this link's writes.
+    pub fn placed(&self, last_at: usize, value: u32, notify: bool) -> Result<()> {
+        let notify = notify && self.has_handler;
+        let Some(c) = &self.conn else {
+            return Err(Error::InvalidArgument(
+                "a local buffer needs no announcement",
+            ));
+        };
+        let at = u32::try_from(last_at)
+            .map_err(|_| Error::InvalidArgument("announced offsets end at 4 GiB"))?;
+        let h = Header {
+            kind: kind::PLACED,
+            flags: if notify { FLAG_NOTIFY } else { 0 },
+            len: 0,
+            key: self.key,
+            offset: (u64::from(value) << 32) | u64::from(at),
+        };
+        c.send_frame(&h, &[], &self.sh.stats)
+    }
+
     fn live(&self) -> Result<()> {
         if self.link.revoked.load(Ordering::Acquire) != 0 {
             return Err(Error::Unexported);

@@ -376,6 +376,12 @@ pub mod kind {
     pub const BYE: u8 = 5;
     /// First frame of a connection: `offset` is the connecting rank, `key` [`super::MAGIC`].
     pub const HELLO: u8 = 6;
+    /// A write placed by another path (an embedding transport's one-sided put, already
+    /// complete at the receiver) is announced: `key` names the export, `offset` packs the
+    /// value of the write's last word (high 32 bits) and that word's offset (low 32 bits);
+    /// no data follows. With [`super::FLAG_NOTIFY`] the receiver raises the
+    /// notification; in any case it rings its bell. Checked on arrival like a write.
+    pub const PLACED: u8 = 7;
 }
 
 /// Header flag: raise a notification after the data is placed.

@@ -1,0 +1,294 @@
+//! The few MPI calls the transport makes, behind safe functions. Every `unsafe` block of the
+//! crate that touches MPI is here. MPI runs with `MPI_THREAD_MULTIPLE`: any thread may call.
+
+use mpi_sys as sys;
+use std::ffi::{c_int, c_void};
+use vmmc::{Error, Result};
+
+/// `MPI_SUCCESS` or an error naming the call.
+fn check(rc: c_int, what: &'static str) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Protocol(format!(
+            "{what} failed with MPI error {rc}"
+        )))
+    }
+}
+
+fn count(len: usize) -> Result<c_int> {
+    c_int::try_from(len).map_err(|_| Error::InvalidArgument("transfer too long for an MPI count"))
+}
+
+/// Initialises MPI with full thread support, unless the program did already; returns whether
+/// this call initialised it (and so must finalise it).
+pub fn init() -> Result<bool> {
+    // Threads of one process may join at once (tests do): one initialises.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Initialized may be called at any time; `flag` is a live c_int.
+    let rc = unsafe { sys::MPI_Initialized(&mut flag) };
+    check(rc, "MPI_Initialized")?;
+    let mut provided: c_int = 0;
+    let ours = flag == 0;
+    if ours {
+        // SAFETY: MPI is not initialised; MPI allows null argc/argv.
+        let rc = unsafe {
+            sys::MPI_Init_thread(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                sys::RSMPI_THREAD_MULTIPLE as c_int,
+                &mut provided,
+            )
+        };
+        check(rc, "MPI_Init_thread")?;
+    } else {
+        // SAFETY: MPI is initialised; `provided` is a live c_int.
+        let rc = unsafe { sys::MPI_Query_thread(&mut provided) };
+        check(rc, "MPI_Query_thread")?;
+    }
+    // SAFETY: reading an extern constant of the MPI library.
+    let multiple = unsafe { sys::RSMPI_THREAD_MULTIPLE } as c_int;
+    if provided != multiple {
+        return Err(Error::Bootstrap(format!(
+            "the mpi transport needs MPI_THREAD_MULTIPLE (this MPI gives level {provided})"
+        )));
+    }
+    Ok(ours)
+}
+
+/// Finalises MPI (once, after every window is freed or abandoned).
+pub fn finalize() {
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Finalized may be called at any time; `flag` is a live c_int.
+    unsafe { sys::MPI_Finalized(&mut flag) };
+    if flag == 0 {
+        // SAFETY: MPI is initialised and not finalised; no call of ours is in progress (the
+        // transport has finished).
+        unsafe { sys::MPI_Finalize() };
+    }
+}
+
+/// Rank and size in `MPI_COMM_WORLD`.
+pub fn world() -> Result<(usize, usize)> {
+    let (mut r, mut s): (c_int, c_int) = (0, 0);
+    // SAFETY: MPI is initialised; both out-pointers are live c_ints.
+    let rc = unsafe {
+        sys::MPI_Comm_rank(sys::RSMPI_COMM_WORLD, &mut r)
+            | sys::MPI_Comm_size(sys::RSMPI_COMM_WORLD, &mut s)
+    };
+    check(rc, "MPI_Comm_rank/size")?;
+    Ok((r as usize, s as usize))
+}
+
+/// How many ranks of `MPI_COMM_WORLD` share this process's node (memory).
+pub fn local_size() -> Result<usize> {
+    let mut c: sys::MPI_Comm = unsafe_comm_null();
+    // SAFETY: MPI is initialised; `c` receives a new communicator, freed below.
+    let rc = unsafe {
+        sys::MPI_Comm_split_type(
+            sys::RSMPI_COMM_WORLD,
+            sys::RSMPI_COMM_TYPE_SHARED as c_int,
+            0,
+            sys::RSMPI_INFO_NULL,
+            &mut c,
+        )
+    };
+    check(rc, "MPI_Comm_split_type")?;
+    let mut n: c_int = 0;
+    // SAFETY: `c` is the communicator just created; freed once.
+    unsafe {
+        sys::MPI_Comm_size(c, &mut n);
+        sys::MPI_Comm_free(&mut c);
+    }
+    Ok(n as usize)
+}
+
+fn unsafe_comm_null() -> sys::MPI_Comm {
+    // SAFETY: reading an extern constant handle of the MPI library.
+    unsafe { sys::RSMPI_COMM_NULL }
+}
+
+/// Rank 0's bytes to every rank (`buf` the same length everywhere).
+pub fn bcast(buf: &mut [u8]) -> Result<()> {
+    // SAFETY: `buf` is valid for reads and writes of its length during the blocking call.
+    let rc = unsafe {
+        sys::MPI_Bcast(
+            buf.as_mut_ptr().cast::<c_void>(),
+            count(buf.len())?,
+            sys::RSMPI_UINT8_T,
+            0,
+            sys::RSMPI_COMM_WORLD,
+        )
+    };
+    check(rc, "MPI_Bcast")
+}
+
+/// Every rank's `value`, by rank.
+pub fn allgather(value: u64) -> Result<Vec<u64>> {
+    let (_, size) = world()?;
+    let mut all = vec![0u64; size];
+    // SAFETY: one u64 in, `size` u64s out, both valid during the blocking call.
+    let rc = unsafe {
+        sys::MPI_Allgather(
+            (&value as *const u64).cast::<c_void>(),
+            8,
+            sys::RSMPI_UINT8_T,
+            all.as_mut_ptr().cast::<c_void>(),
+            8,
+            sys::RSMPI_UINT8_T,
+            sys::RSMPI_COMM_WORLD,
+        )
+    };
+    check(rc, "MPI_Allgather")?;
+    Ok(all)
+}
+
+/// `MPI_Barrier` on `MPI_COMM_WORLD`.
+pub fn barrier() -> Result<()> {
+    // SAFETY: MPI is initialised.
+    let rc = unsafe { sys::MPI_Barrier(sys::RSMPI_COMM_WORLD) };
+    check(rc, "MPI_Barrier")
+}
+
+/// Address of `p` as MPI displaces into a dynamic window.
+pub fn address(p: *const u8) -> Result<i64> {
+    let mut a: sys::MPI_Aint = 0;
+    // SAFETY: MPI_Get_address only computes from the pointer's value.
+    let rc = unsafe { sys::MPI_Get_address(p.cast::<c_void>(), &mut a) };
+    check(rc, "MPI_Get_address")?;
+    Ok(a as i64)
+}
+
+/// A window of `MPI_COMM_WORLD`, in one passive epoch to every rank from its creation on
+/// (`MPI_Win_lock_all` with `MPI_MODE_NOCHECK`: nobody ever locks exclusively).
+pub struct Win {
+    w: sys::MPI_Win,
+    /// For an allocated window: this rank's memory.
+    base: *mut u8,
+}
+
+// SAFETY: an MPI window handle may be used from any thread under MPI_THREAD_MULTIPLE, which
+// `init` insists on; `base` is memory owned by the window, valid until it is freed.
+unsafe impl Send for Win {}
+// SAFETY: as above.
+unsafe impl Sync for Win {}
+
+impl Win {
+    fn epoch(w: sys::MPI_Win, base: *mut u8) -> Result<Win> {
+        // SAFETY: `w` is a window just created; errors come back as codes from now on.
+        let rc = unsafe {
+            sys::MPI_Win_set_errhandler(w, sys::RSMPI_ERRORS_RETURN)
+                | sys::MPI_Win_lock_all(sys::MPI_MODE_NOCHECK as c_int, w)
+        };
+        check(rc, "MPI_Win_lock_all")?;
+        Ok(Win { w, base })
+    }
+
+    /// `MPI_Win_create_dynamic` (collective): memory is attached later, rank by rank.
+    pub fn dynamic() -> Result<Win> {
+        // SAFETY: a null handle, overwritten by the call.
+        let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
+        // SAFETY: MPI is initialised; `w` receives the window.
+        let rc = unsafe {
+            sys::MPI_Win_create_dynamic(sys::RSMPI_INFO_NULL, sys::RSMPI_COMM_WORLD, &mut w)
+        };
+        check(rc, "MPI_Win_create_dynamic")?;
+        Win::epoch(w, std::ptr::null_mut())
+    }
+
+    /// `MPI_Win_allocate` of `len` bytes per rank (collective).
+    pub fn allocate(len: usize) -> Result<Win> {
+        // SAFETY: a null handle, overwritten by the call.
+        let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: MPI is initialised; `base` receives the address of the window's memory
+        // (the C signature takes it as `void *`), `w` the window.
+        let rc = unsafe {
+            sys::MPI_Win_allocate(
+                len as sys::MPI_Aint,
+                1,
+                sys::RSMPI_INFO_NULL,
+                sys::RSMPI_COMM_WORLD,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+                &mut w,
+            )
+        };
+        check(rc, "MPI_Win_allocate")?;
+        Win::epoch(w, base)
+    }
+
+    /// This rank's memory of an allocated window.
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Attaches `len` bytes at `base` to a dynamic window.
+    ///
+    /// # Safety
+    /// The memory must stay valid until [`Win::detach`].
+    pub unsafe fn attach(&self, base: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: the caller keeps the memory valid while attached.
+        let rc =
+            unsafe { sys::MPI_Win_attach(self.w, base.cast::<c_void>(), len as sys::MPI_Aint) };
+        check(rc, "MPI_Win_attach")
+    }
+
+    /// Detaches memory attached at `base`.
+    pub fn detach(&self, base: *mut u8) -> Result<()> {
+        // SAFETY: MPI only looks the address up among the attached regions.
+        let rc = unsafe { sys::MPI_Win_detach(self.w, base.cast::<c_void>()) };
+        check(rc, "MPI_Win_detach")
+    }
+
+    /// Starts writing `data` to `rank`'s window at displacement `disp` (complete at the
+    /// target after [`Win::flush`]).
+    pub fn put(&self, data: &[u8], rank: usize, disp: i64) -> Result<()> {
+        let n = count(data.len())?;
+        // SAFETY: `data` stays borrowed until the caller's flush, which completes the put
+        // (every caller flushes before returning); MPI reads `n` bytes of it.
+        let rc = unsafe {
+            sys::MPI_Put(
+                data.as_ptr().cast::<c_void>(),
+                n,
+                sys::RSMPI_UINT8_T,
+                rank as c_int,
+                disp as sys::MPI_Aint,
+                n,
+                sys::RSMPI_UINT8_T,
+                self.w,
+            )
+        };
+        check(rc, "MPI_Put")
+    }
+
+    /// Reads `out.len()` bytes of `rank`'s window at `disp` (complete after the flush made
+    /// here).
+    pub fn get(&self, out: &mut [u8], rank: usize, disp: i64) -> Result<()> {
+        let n = count(out.len())?;
+        // SAFETY: `out` is valid for writes of `n` bytes until the flush below completes the
+        // get.
+        let rc = unsafe {
+            sys::MPI_Get(
+                out.as_mut_ptr().cast::<c_void>(),
+                n,
+                sys::RSMPI_UINT8_T,
+                rank as c_int,
+                disp as sys::MPI_Aint,
+                n,
+                sys::RSMPI_UINT8_T,
+                self.w,
+            )
+        };
+        check(rc, "MPI_Get")?;
+        self.flush(rank)
+    }
+
+    /// `MPI_Win_flush`: every operation of this process to `rank` is complete there.
+    pub fn flush(&self, rank: usize) -> Result<()> {
+        // SAFETY: the window is in its passive epoch.
+        let rc = unsafe { sys::MPI_Win_flush(rank as c_int, self.w) };
+        check(rc, "MPI_Win_flush")
+    }
+}

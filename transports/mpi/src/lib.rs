@@ -1,0 +1,721 @@
+//! # vmmc-mpi: the MPI transport (hosts under an MPI job)
+//!
+//! The job is an MPI job: `mpirun -n N prog` (or `vmmc-run --transport mpi`, which runs
+//! mpirun) starts it, and every rank is an MPI process with `MPI_THREAD_MULTIPLE`. Data moves
+//! by MPI-3 one-sided operations, in one long passive epoch per window
+//! (`MPI_Win_lock_all(MPI_MODE_NOCHECK)` when the window is made; windows live as long as
+//! the process):
+//!
+//! - **export** makes the receive buffer reachable in a window: a buffer allocated through
+//!   the endpoint (`Endpoint::alloc`, which libraries use) already lies in this rank's part
+//!   of the *pool*, a window made with `MPI_Win_allocate` at start (`VMMC_MPI_POOL` bytes,
+//!   64 MiB by default); any other memory is attached to the job's dynamic window
+//!   (`MPI_Win_attach`). The key handed to importers says which window and carries the
+//!   displacement (the pool offset, or the address as `MPI_Get_address` gives it).
+//! - **deliberate update** is `MPI_Put` + `MPI_Win_flush`: the body, a flush, then the last
+//!   word and a flush, so that a receiver who sees the last word sees every byte of the
+//!   message (MPI orders no two puts by itself). The send returns with the data visible.
+//! - **remote read** is `MPI_Get` + flush.
+//! - **notification**: after the flush, a message on the pair's control connection names the
+//!   export, the offset and the value of the last word; the receiver's progress engine checks
+//!   it against its exports (key, permission, bounds) and turns it into the core's
+//!   notification. The same message, without the flag, rings the receiver's doorbell when
+//!   somebody sleeps there: the doorbell (`vmmc::wait::Bell`) lives in a small window of its
+//!   own, allocated with `MPI_Win_allocate`, and a sender reads its sleeper count with one
+//!   `MPI_Get` after its data (on one host that get is a load from shared memory).
+//! - **automatic update** is the core's emulation (combined stores sent as deliberate
+//!   updates); redirectable buffers (seed 004's transfer redirection) are written through
+//!   the control connection, since their data must be placed by the receiver; when a sender
+//!   switches from that path back to puts it first fences the control connection, so writes
+//!   stay in order per receiving process.
+//! - **unexport** revokes the key: every peer's progress engine marks its links dead and
+//!   waits for its puts under way through them, answers a fence, and only then is the buffer
+//!   detached (`MPI_Win_detach`, for attached memory). After unexport returns nothing more
+//!   is written.
+//!
+//! The trusted party is rank 0: it hosts the tcp transport's rendezvous (the export table,
+//! the permission check at import, identities, who left), whose address it broadcasts with
+//! `MPI_Bcast`; every rank also holds the tcp transport's connections, which carry the
+//! notifications above and tell a rank that a peer died (`PeerLost`) — something Open MPI
+//! itself does not report (it aborts the job, unless run with `--enable-recovery`), and its
+//! blocking receives spin, which the idle job must not.
+//!
+//! ## `MPI_Win_allocate` or `MPI_Win_create_dynamic`
+//! Measured here (Open MPI 4.1.4, 2 ranks on one host, `osu_put_latency`'s loop of
+//! `MPI_Put` + `MPI_Win_flush`, the target outside MPI):
+//!
+//! | window | 8 B | 4 KiB | 1 MiB | creation |
+//! |---|---|---|---|---|
+//! | `MPI_Win_allocate` | 0.094 us | 0.20 us | 30.9 us | 1835 us, collective |
+//! | `MPI_Win_create_dynamic` + attach | 2.58 us | 3.03 us | 121 us | 332 us once; attach local |
+//! | `MPI_Win_create` (user memory) | 2.85 us | | | collective |
+//!
+//! On one host Open MPI serves allocated windows with its shared-memory component (a put is
+//! a memcpy) and the others through the BTL's single-copy path (a `process_vm_writev` per
+//! put): allocated is 27x faster for small puts and 4x for 1 MiB. But `MPI_Win_allocate` is
+//! collective and allocates, and an export is neither: one process exports whenever it
+//! likes, often memory it did not get from us (NX's zero-copy receives export the user's
+//! buffer). So both: a pool allocated once at start, from which the endpoint's allocations
+//! come (the core asks the transport first, `Transport::alloc`), and the dynamic window for
+//! the rest. `bench-mpi` shows what it gives: a deliberate update into pool memory costs
+//! about what `MPI_Put` + flush into an allocated window costs (a few times more for 8 B:
+//! two put-flush pairs and the doorbell read, against one pair), and 1 MiB runs at the
+//! allocated window's speed. The doorbell is in a small allocated window too. Across hosts
+//! both flavours take the network's RMA path and the difference shrinks.
+//!
+//! ## Limits
+//! - A rank that dies: the survivors learn it (`PeerLost`) through the control plane, but
+//!   Open MPI 4.1 cannot keep the job going: mpirun kills every rank, and with
+//!   `--enable-recovery` a survivor whose put targets the dead rank before the loss is known
+//!   stays inside the shared-memory BTL for ever (it retries the write, `ESRCH`). The
+//!   conformance suite's `peer_killed` and the libraries' tests that kill a rank are left
+//!   out on this transport for that reason.
+//! - MPI is initialised once per process (with `MPI_THREAD_MULTIPLE`, required) and
+//!   finalised when it exits; a process may make several endpoints. Built against the MPI
+//!   that `mpi-sys` finds (Open MPI here; MPICH should do, untested).
+//! - Automatic update is emulated (no MPI operation propagates single stores).
+#![deny(missing_docs)]
+
+mod ffi;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use vmmc::bootstrap::{BootEnv, Launcher};
+use vmmc::redirect::Redirected;
+use vmmc::{
+    BufId, Caps, Error, ExportSpec, ImportPoll, JobInfo, Notification, ProcId, Region,
+    RemoteBuffer, Result, Transport, WriteOpts, WORD_SIZE,
+};
+use vmmc_tcp::{RemoteTcp, TcpTransport};
+
+/// Bit of a key: the buffer takes writes on the control connection only (redirectable).
+const VIA_CONTROL: u64 = 1 << 63;
+/// Bit of a key: the buffer lies in the allocated pool window (the address bits are then
+/// its offset there), not in the dynamic window.
+const IN_POOL: u64 = 1 << 62;
+/// Bytes of receive-buffer memory each rank allocates with `MPI_Win_allocate` at start
+/// (`VMMC_MPI_POOL` overrides; 0 turns the pool off).
+const POOL_DEFAULT: usize = 64 << 20;
+/// Bits of a key that hold the buffer's address (x86_64 and aarch64 user space).
+const ADDR_BITS: u32 = 47;
+const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+/// Largest single put (MPI counts are C ints); the core splits larger sends.
+const MAX_PUT: usize = 1 << 30;
+/// Size of each rank's part of the doorbell window.
+const BELL_WINDOW: usize = 4096;
+
+/// The process's windows, made once (collectively) and kept for the process's life: MPI is
+/// initialised once per process and finalised at its exit, and the doorbell stays the
+/// process's bell.
+struct Windows {
+    /// Receive buffers are attached here; `None` in a job of one, where Open MPI has no
+    /// component for dynamic windows (every buffer is then local).
+    data: Option<ffi::Win>,
+    /// Receive buffers allocated through the endpoint come from here (see the crate docs).
+    pool: Option<Arc<Pool>>,
+    bells: ffi::Win,
+    /// By rank: the displacement of its doorbell (whose first word counts its sleepers).
+    bell_at: Vec<u64>,
+}
+
+static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
+/// Set when a rank of the job crashed: MPI_Finalize would wait for it forever (Open MPI
+/// retries its shared-memory writes to the dead process), so the process leaves without it.
+static CRASHED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn finalize_at_exit() {
+    if !CRASHED.load(Ordering::SeqCst) {
+        ffi::finalize();
+    }
+}
+
+impl Windows {
+    fn get(size: usize, initialised_mpi: bool) -> Result<Arc<Windows>> {
+        let mut g = lock(&WINDOWS);
+        if let Some(w) = &*g {
+            return Ok(w.clone());
+        }
+        let data = if size > 1 {
+            Some(ffi::Win::dynamic()?)
+        } else {
+            None
+        };
+        let pool_len = match std::env::var("VMMC_MPI_POOL") {
+            Err(_) => POOL_DEFAULT,
+            Ok(v) => v.trim().parse::<usize>().map_err(|_| {
+                Error::Bootstrap(format!("VMMC_MPI_POOL={v:?} is not a number of bytes"))
+            })?,
+        };
+        let pool = if size > 1 && pool_len > 0 {
+            let win = ffi::Win::allocate(pool_len)?;
+            Some(Arc::new(Pool {
+                base: win.base() as usize,
+                len: pool_len,
+                free: Mutex::new(vec![(0, pool_len)]),
+                win,
+            }))
+        } else {
+            None
+        };
+        let bells = ffi::Win::allocate(BELL_WINDOW)?;
+        let align = std::mem::align_of::<vmmc::wait::Bell>();
+        let skew = (bells.base() as usize).wrapping_neg() % align;
+        if bells.base().is_null() || skew + std::mem::size_of::<vmmc::wait::Bell>() > BELL_WINDOW {
+            return Err(Error::Bootstrap(
+                "MPI_Win_allocate gave no memory for the doorbell".into(),
+            ));
+        }
+        let bell_at = ffi::allgather(skew as u64)?;
+        // SAFETY: in the window's memory (checked above).
+        let bell = unsafe { bells.base().add(skew) }.cast::<vmmc::wait::Bell>();
+        // SAFETY: the window's memory is ours, aligned and large enough; the window is never
+        // freed (it lives in WINDOWS until the process exits), as `install_bell` requires.
+        unsafe {
+            bell.write(vmmc::wait::Bell::new());
+            vmmc::wait::install_bell(bell);
+        }
+        if initialised_mpi {
+            // SAFETY: registering a plain function without arguments.
+            unsafe { libc::atexit(finalize_at_exit) };
+        }
+        let w = Arc::new(Windows {
+            data,
+            pool,
+            bells,
+            bell_at,
+        });
+        *g = Some(w.clone());
+        Ok(w)
+    }
+}
+
+/// Memory of an allocated window handed out as receive buffers: first fit, page-rounded.
+struct Pool {
+    win: ffi::Win,
+    base: usize,
+    len: usize,
+    /// Free ranges (offset, length), sorted by offset.
+    free: Mutex<Vec<(usize, usize)>>,
+}
+
+impl Pool {
+    fn take(self: &Arc<Pool>, len: usize) -> Option<Region> {
+        let want = len.div_ceil(4096).max(1) * 4096;
+        let off = {
+            let mut f = lock(&self.free);
+            let i = f.iter().position(|&(_, l)| l >= want)?;
+            let (o, l) = f[i];
+            if l == want {
+                f.remove(i);
+            } else {
+                f[i] = (o + want, l - want);
+            }
+            o
+        };
+        let p = (self.base + off) as *mut u8;
+        // SAFETY: the range lies in this rank's part of the window, which is never freed, and
+        // was free: nobody else uses it. Zeroed, as the core's own allocations are.
+        unsafe { std::ptr::write_bytes(p, 0, want) };
+        let chunk = Chunk {
+            pool: self.clone(),
+            off,
+            len: want,
+        };
+        // SAFETY: valid, zeroed memory that stays allocated until `chunk` drops.
+        Some(unsafe { Region::from_owned_parts(p, len, Box::new(chunk)) })
+    }
+
+    fn give(&self, off: usize, len: usize) {
+        let mut f = lock(&self.free);
+        let i = f.partition_point(|&(o, _)| o < off);
+        f.insert(i, (off, len));
+        // Coalesce with the neighbours.
+        if i + 1 < f.len() && f[i].0 + f[i].1 == f[i + 1].0 {
+            f[i].1 += f[i + 1].1;
+            f.remove(i + 1);
+        }
+        if i > 0 && f[i - 1].0 + f[i - 1].1 == f[i].0 {
+            f[i - 1].1 += f[i].1;
+            f.remove(i);
+        }
+    }
+
+    fn contains(&self, p: usize) -> Option<usize> {
+        (p >= self.base && p < self.base + self.len).then(|| p - self.base)
+    }
+}
+
+/// A receive buffer's memory in the pool, given back when its region's last clone drops.
+struct Chunk {
+    pool: Arc<Pool>,
+    off: usize,
+    len: usize,
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        self.pool.give(self.off, self.len);
+    }
+}
+
+/// The MPI side of the transport, shared with the links.
+struct Rma {
+    win: Arc<Windows>,
+    /// By rank: a write went on the control connection since the last fence.
+    via_control: Vec<AtomicBool>,
+    /// This process's exports by key: base address and length (for reads of its own
+    /// buffers, which need no MPI).
+    local: Mutex<HashMap<u64, (usize, usize)>>,
+    puts: AtomicU64,
+    bytes_put: AtomicU64,
+    gets: AtomicU64,
+}
+
+/// What went through MPI's one-sided operations (the control plane's traffic is
+/// [`MpiTransport::control_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmaStats {
+    /// Deliberate updates written by `MPI_Put` (each one or two puts).
+    pub puts: u64,
+    /// Their bytes.
+    pub bytes_put: u64,
+    /// Remote reads by `MPI_Get`.
+    pub gets: u64,
+}
+
+impl Rma {
+    /// Before a put to `rank`: writes sent earlier on the control connection are placed.
+    fn order_after_control(&self, rank: usize, link: &RemoteTcp) -> Result<()> {
+        if self.via_control[rank].load(Ordering::Relaxed)
+            && self.via_control[rank].swap(false, Ordering::AcqRel)
+        {
+            link.fence()?;
+        }
+        Ok(())
+    }
+
+    /// Whether a thread of `rank` sleeps on its doorbell (read after our data is visible).
+    fn sleeping(&self, rank: usize) -> Result<bool> {
+        let mut w = [0u8; 4];
+        self.win
+            .bells
+            .get(&mut w, rank, self.win.bell_at[rank] as i64)?;
+        Ok(u32::from_ne_bytes(w) != 0)
+    }
+}
+
+/// The mpi transport of one process.
+pub struct MpiTransport {
+    tcp: TcpTransport,
+    rma: Arc<Rma>,
+    /// Exported buffers attached to the data window, by id: their base address.
+    /// Exported buffers, by id: their base address and whether it is attached to the dynamic
+    /// window (not in the pool).
+    attached: Mutex<HashMap<BufId, (usize, bool)>>,
+    generation: AtomicU64,
+    finished: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where rank 0's rendezvous listens: `VMMC_RENDEZVOUS` if given, loopback when the whole
+/// job shares this host, else this host's name.
+fn rendezvous_address(env: &BootEnv, all_local: bool) -> Result<String> {
+    if let Some(a) = &env.rendezvous {
+        return Ok(a.clone());
+    }
+    if all_local {
+        return Ok("127.0.0.1:0".into());
+    }
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer.
+    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    if rc != 0 {
+        return Err(Error::io("gethostname", std::io::Error::last_os_error()));
+    }
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let host = String::from_utf8_lossy(&name[..end]).into_owned();
+    use std::net::ToSocketAddrs;
+    let ip = (host.as_str(), 0)
+        .to_socket_addrs()
+        .map_err(|e| Error::Bootstrap(format!("cannot resolve this host's name {host:?}: {e}")))?
+        .find(|a| a.is_ipv4() && !a.ip().is_loopback())
+        .ok_or_else(|| {
+            Error::Bootstrap(format!(
+                "{host:?} has no address the other hosts can reach: set VMMC_RENDEZVOUS=host:port"
+            ))
+        })?;
+    Ok(format!("{}:0", ip.ip()))
+}
+
+impl MpiTransport {
+    /// Joins the MPI job this process belongs to (initialising MPI unless the program did).
+    /// The rank and size are MPI's; `env` gives the rendezvous address, if any.
+    pub fn connect(env: &BootEnv) -> Result<MpiTransport> {
+        let initialised_mpi = ffi::init()?;
+        let (rank, size) = ffi::world()?;
+        if env.launcher != Launcher::Alone && (env.rank, env.size) != (rank, size) {
+            return Err(Error::Bootstrap(format!(
+                "the launcher says rank {} of {}, MPI says rank {rank} of {size}: start the \
+                 job with mpirun (vmmc-run --transport mpi does)",
+                env.rank, env.size
+            )));
+        }
+        let all_local = ffi::local_size()? == size;
+        // Rank 0 hosts the trusted party and tells everybody where it is.
+        let mut addr = [0u8; 256];
+        let mut hosted = None;
+        if rank == 0 {
+            let rv =
+                vmmc_tcp::server::Rendezvous::start(&rendezvous_address(env, all_local)?, size);
+            // Every rank waits in the broadcast: tell them of a failure too (empty address).
+            if let Ok(rv) = &rv {
+                let a = rv.addr().to_string();
+                addr[..a.len()].copy_from_slice(a.as_bytes());
+            }
+            ffi::bcast(&mut addr)?;
+            hosted = Some(rv?);
+        } else {
+            ffi::bcast(&mut addr)?;
+        }
+        let end = addr.iter().position(|&b| b == 0).unwrap_or(addr.len());
+        if end == 0 {
+            return Err(Error::Bootstrap(
+                "rank 0 could not start the rendezvous".into(),
+            ));
+        }
+        let at = String::from_utf8_lossy(&addr[..end]).into_owned();
+        let tenv = BootEnv {
+            transport: "mpi".into(),
+            rank,
+            size,
+            rendezvous: Some(at),
+            job: env.job.clone(),
+            launcher: env.launcher,
+        };
+        let tcp = TcpTransport::connect_with(&tenv, hosted)?;
+        tcp.set_revoke_waits(true);
+        let win = Windows::get(size, initialised_mpi)?;
+        ffi::barrier()?;
+        Ok(MpiTransport {
+            tcp,
+            rma: Arc::new(Rma {
+                win,
+                via_control: (0..size).map(|_| AtomicBool::new(false)).collect(),
+                local: Mutex::new(HashMap::new()),
+                puts: AtomicU64::new(0),
+                bytes_put: AtomicU64::new(0),
+                gets: AtomicU64::new(0),
+            }),
+            attached: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(1),
+            finished: AtomicBool::new(false),
+        })
+    }
+
+    /// This process's one-sided traffic so far.
+    pub fn rma_stats(&self) -> RmaStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RmaStats {
+            puts: g(&self.rma.puts),
+            bytes_put: g(&self.rma.bytes_put),
+            gets: g(&self.rma.gets),
+        }
+    }
+
+    /// The control plane's statistics (notifications, announcements, control writes).
+    pub fn control_stats(&self) -> vmmc_tcp::Stats {
+        self.tcp.stats()
+    }
+}
+
+impl Transport for MpiTransport {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            remote_read: true,
+            native_au: false,
+            redirection: true,
+            async_send: false,
+            max_write: MAX_PUT,
+            au_packetizer: false,
+        }
+    }
+
+    fn job(&self) -> &JobInfo {
+        self.tcp.job()
+    }
+
+    fn alloc(&self, len: usize, _kind: vmmc::MemKind) -> Option<Result<Region>> {
+        self.rma.win.pool.as_ref()?.take(len).map(Ok)
+    }
+
+    fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
+        let base = spec.region.as_ptr();
+        let pooled = self
+            .rma
+            .win
+            .pool
+            .as_ref()
+            .and_then(|p| p.contains(base as usize));
+        let addr = match pooled {
+            Some(off) => off as u64,
+            None => ffi::address(base)? as u64,
+        };
+        if addr & !ADDR_MASK != 0 {
+            return Err(Error::InvalidArgument(
+                "a receive buffer above 2^47 cannot be named in a key",
+            ));
+        }
+        if lock(&self.attached).contains_key(&spec.buf) {
+            return Err(Error::BufIdInUse(spec.buf));
+        }
+        // Keys stay revoked for the whole job once unexported: a generation keeps a buffer
+        // exported again at the same address from looking revoked.
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) & 0xffff;
+        let mut key = (generation << ADDR_BITS) | addr;
+        if spec.redirectable {
+            key |= VIA_CONTROL;
+        }
+        if pooled.is_some() {
+            key |= IN_POOL;
+        }
+        let len = spec.region.len();
+        if let (Some(w), None) = (&self.rma.win.data, pooled) {
+            // SAFETY: the core keeps the region alive while it is exported; detached in
+            // unexport before the core may free it.
+            unsafe { w.attach(base, len)? };
+        }
+        let buf = spec.buf;
+        lock(&self.rma.local).insert(key, (base as usize, len));
+        if let Err(e) = self.tcp.export_keyed(spec, key) {
+            lock(&self.rma.local).remove(&key);
+            if let (Some(w), None) = (&self.rma.win.data, pooled) {
+                let _ = w.detach(base);
+            }
+            return Err(e);
+        }
+        lock(&self.attached).insert(buf, (base as usize, pooled.is_none()));
+        Ok(())
+    }
+
+    fn unexport(&self, buf: BufId) -> Result<()> {
+        // Revokes the key at every peer, which waits for its puts under way (see the crate
+        // docs), before the memory leaves the window.
+        let r = self.tcp.unexport(buf);
+        if let Some((base, was_attached)) = lock(&self.attached).remove(&buf) {
+            lock(&self.rma.local).retain(|_, v| v.0 != base);
+            if let (Some(w), true) = (&self.rma.win.data, was_attached) {
+                w.detach(base as *mut u8)?;
+            }
+        }
+        r
+    }
+
+    fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
+        self.tcp.import_request(owner, buf)
+    }
+
+    fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll> {
+        Ok(match self.tcp.import_poll_link(request, wait)? {
+            None => ImportPoll::Pending,
+            Some(link) => {
+                let key = link.key();
+                ImportPoll::Ready(Box::new(RemoteMpi {
+                    rank: link.owner(),
+                    disp: (key & ADDR_MASK) as i64,
+                    via_control: key & VIA_CONTROL != 0 || link.is_local(),
+                    pooled: key & IN_POOL != 0,
+                    link,
+                    rma: self.rma.clone(),
+                }))
+            }
+        })
+    }
+
+    fn progress(
+        &self,
+        sink: &mut dyn FnMut(Notification),
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        self.tcp.progress(sink, timeout)
+    }
+
+    fn wake(&self) {
+        self.tcp.wake()
+    }
+
+    fn peer_alive(&self, p: ProcId) -> bool {
+        self.tcp.peer_alive(p)
+    }
+
+    fn post_redir(
+        &self,
+        buf: BufId,
+        dest: &Region,
+        dest_offset: usize,
+        buf_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.tcp.post_redir(buf, dest, dest_offset, buf_offset, len)
+    }
+
+    fn end_redir(&self, buf: BufId) -> Result<Redirected> {
+        self.tcp.end_redir(buf)
+    }
+
+    fn data_end(&self, buf: BufId) -> Result<Option<usize>> {
+        self.tcp.data_end(buf)
+    }
+
+    fn clear_data_end(&self, buf: BufId) -> Result<()> {
+        self.tcp.clear_data_end(buf)
+    }
+
+    fn hold_locks(&self, f: &mut dyn FnMut()) {
+        let _a = lock(&self.attached);
+        self.tcp.hold_locks(f)
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.finished.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Leave the control plane first: rank 0 stays until every other rank has left, so
+        // no rank frees a window another still writes to.
+        let crashed_before = (0..self.tcp.job().size).any(|r| self.tcp.peer_crashed(r));
+        let r = self.tcp.finish();
+        // MPI is finalised when the process exits (it cannot be initialised again, and
+        // another endpoint of this process may follow).
+        let crashed = crashed_before || (0..self.tcp.job().size).any(|r| self.tcp.peer_crashed(r));
+        if crashed {
+            CRASHED.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The sender's side of a link: puts into the exporter's part of the data window.
+pub struct RemoteMpi {
+    link: RemoteTcp,
+    rma: Arc<Rma>,
+    rank: usize,
+    disp: i64,
+    via_control: bool,
+    pooled: bool,
+}
+
+impl RemoteMpi {
+    /// The window the buffer lies in.
+    #[inline]
+    fn window(&self) -> Result<&ffi::Win> {
+        let w = if self.pooled {
+            self.rma.win.pool.as_ref().map(|p| &p.win)
+        } else {
+            self.rma.win.data.as_ref()
+        };
+        w.ok_or_else(|| Error::Protocol("no data window in a job of one".into()))
+    }
+}
+
+impl RemoteBuffer for RemoteMpi {
+    fn len(&self) -> usize {
+        self.link.len()
+    }
+
+    #[inline]
+    fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
+        if self.via_control {
+            if !self.link.is_local() {
+                self.rma.via_control[self.rank].store(true, Ordering::Release);
+            }
+            return self.link.write(offset, data, opts);
+        }
+        self.rma.order_after_control(self.rank, &self.link)?;
+        let win = self.window()?;
+        let n = data.len();
+        let at = self.disp + offset as i64;
+        let value = u32::from_ne_bytes(data[n - WORD_SIZE..].try_into().expect("a word"));
+        {
+            let _under_way = self.link.enter()?;
+            if n > WORD_SIZE {
+                win.put(&data[..n - WORD_SIZE], self.rank, at)?;
+                win.flush(self.rank)?;
+            }
+            win.put(
+                &data[n - WORD_SIZE..],
+                self.rank,
+                at + (n - WORD_SIZE) as i64,
+            )?;
+            win.flush(self.rank)?;
+        }
+        self.rma.puts.fetch_add(1, Ordering::Relaxed);
+        self.rma.bytes_put.fetch_add(n as u64, Ordering::Relaxed);
+        let last_at = offset + n - WORD_SIZE;
+        if opts.notify && self.link.has_handler() {
+            self.link.placed(last_at, value, true)
+        } else if self.rma.sleeping(self.rank)? {
+            // The data is visible already: a peer that left meanwhile needs no wake-up, and
+            // its loss is no failure of this write.
+            let _ = self.link.placed(last_at, value, false);
+            Ok(())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let _under_way = self.link.enter()?;
+        if self.link.is_local() {
+            let (base, len) = *lock(&self.rma.local)
+                .get(&self.link.key())
+                .ok_or(Error::Unexported)?;
+            if offset + out.len() > len {
+                return Err(Error::OutOfBounds {
+                    offset,
+                    len: out.len(),
+                    size: len,
+                });
+            }
+            // SAFETY: the buffer is exported by this process (found by its key, removed at
+            // unexport) and the range lies inside it (checked).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (base as *const u8).add(offset),
+                    out.as_mut_ptr(),
+                    out.len(),
+                )
+            };
+            return Ok(());
+        }
+        self.rma.gets.fetch_add(1, Ordering::Relaxed);
+        self.window()?
+            .get(out, self.rank, self.disp + offset as i64)
+    }
+
+    fn fence(&self) -> Result<()> {
+        // Puts are complete when write returns; frames on the control connection are not:
+        // a round trip only when some may be under way.
+        if self.via_control {
+            if self.link.is_local() {
+                return Ok(());
+            }
+            self.rma.via_control[self.rank].store(false, Ordering::Release);
+            return self.link.fence();
+        }
+        self.rma.order_after_control(self.rank, &self.link)
+    }
+}

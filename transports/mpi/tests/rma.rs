@@ -1,0 +1,225 @@
+//! The mpi transport moves data by MPI one-sided operations, checked across the two ranks of
+//! an MPI job (this binary under `mpirun -n 2`): deliberate updates into a buffer of the
+//! allocated pool and into attached process memory arrive whole and in order, their bytes go
+//! by `MPI_Put` and not over the control connections (the transport's counters say so),
+//! remote read returns what was written, notifications arrive in order with their values,
+//! after unexport the sender is refused, and a receiver waiting for a late put sleeps and is
+//! woken by the put's doorbell ring (under a tenth of a CPU while it waits).
+//!
+//! `cargo test -p vmmc-mpi --test rma`
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vmmc::bootstrap::BootEnv;
+use vmmc::conformance::{wait_for, Sync};
+use vmmc::{Endpoint, ExportOptions, MemKind, Region, Transport};
+use vmmc_mpi::MpiTransport;
+
+const CASE: &str = "VMMC_MPI_RMA_CASE";
+const LEN: usize = 64 * 1024;
+const SENDS: usize = 200;
+const CHUNK: usize = 4096;
+
+fn pattern(i: usize) -> Vec<u8> {
+    (0..CHUNK).map(|k| (i * 31 + k * 7) as u8).collect()
+}
+
+/// CPU time of this process so far, in seconds.
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn rank_body() -> Result<(), String> {
+    let env = BootEnv::from_env().map_err(|e| e.to_string())?;
+    let t = Arc::new(MpiTransport::connect(&env).map_err(|e| format!("bootstrap: {e}"))?);
+    let ep = Endpoint::new(t.clone() as Arc<dyn Transport>).map_err(|e| e.to_string())?;
+    let e = |x: vmmc::Error| x.to_string();
+    let mut sync = Sync::new(&ep)?;
+    let pooled = ep.alloc(LEN, MemKind::Shared).map_err(e)?;
+    let attached = Region::alloc_private(LEN).map_err(e)?;
+    let noted = ep.alloc(4096, MemKind::Shared).map_err(e)?;
+    let got: Arc<Mutex<Vec<u32>>> = Arc::default();
+    if ep.rank() == 1 {
+        ep.export(1, &pooled, ExportOptions::new()).map_err(e)?;
+        ep.export(2, &attached, ExportOptions::new()).map_err(e)?;
+        let g = got.clone();
+        ep.export(
+            3,
+            &noted,
+            ExportOptions::new().handler(move |n| g.lock().unwrap().push(n.value)),
+        )
+        .map_err(e)?;
+    }
+    sync.barrier()?;
+    if ep.rank() == 0 {
+        let peer = ep.proc_of(1).map_err(e)?;
+        let (p1, p2, p3) = (
+            ep.import(peer, 1).map_err(e)?,
+            ep.import(peer, 2).map_err(e)?,
+            ep.import(peer, 3).map_err(e)?,
+        );
+        let before = t.control_stats().bytes_sent;
+        for i in 0..SENDS {
+            let off = (i % (LEN / CHUNK - 1)) * CHUNK;
+            p1.send(off, &pattern(i)).map_err(e)?;
+            p2.send(off, &pattern(i)).map_err(e)?;
+        }
+        for v in 1..=10u32 {
+            p3.send_notify(0, &v.to_ne_bytes()).map_err(e)?;
+        }
+        let rma = t.rma_stats();
+        let control = t.control_stats().bytes_sent - before;
+        if rma.bytes_put < (2 * SENDS * CHUNK) as u64 {
+            return Err(format!("only {} bytes went by MPI_Put", rma.bytes_put));
+        }
+        if control > (SENDS * CHUNK / 10) as u64 {
+            return Err(format!(
+                "{control} bytes went over the control connection for {} bytes of data",
+                2 * SENDS * CHUNK
+            ));
+        }
+        // Remote read of what the last sends left at offset 0.
+        let last0 = (0..SENDS).rfind(|i| i % (LEN / CHUNK - 1) == 0).unwrap();
+        let mut back = vec![0u8; CHUNK];
+        p1.get_data(0, &mut back).map_err(e)?;
+        if back != pattern(last0) || t.rma_stats().gets == 0 {
+            return Err("remote read returned other bytes (or not by MPI_Get)".into());
+        }
+        sync.barrier()?; // rank 1 checks its buffers
+        sync.barrier()?; // rank 1 has unexported buffer 1
+        match p1.send(0, &[0u8; 4]) {
+            Err(vmmc::Error::Unexported) => {}
+            other => return Err(format!("a send after unexport gave {other:?}")),
+        }
+        p2.send(0, &[1u8; 4]).map_err(e)?;
+        sync.barrier()?;
+        // Rank 1 waits for a word that comes only now: it must sleep meanwhile (burning no
+        // CPU) and be woken by the put's doorbell ring.
+        std::thread::sleep(Duration::from_millis(1500));
+        let frames = t.control_stats().frames_sent;
+        p2.send(LEN - 4, &0xD00Du32.to_ne_bytes()).map_err(e)?;
+        // The receiver slept: the put was followed by a ring on the control connection.
+        if t.control_stats().frames_sent == frames {
+            return Err("no doorbell ring for a sleeping receiver".into());
+        }
+    } else {
+        sync.barrier()?;
+        for i in 0..SENDS {
+            let off = (i % (LEN / CHUNK - 1)) * CHUNK;
+            let later = (i + 1..SENDS).any(|j| j % (LEN / CHUNK - 1) == i % (LEN / CHUNK - 1));
+            if later {
+                continue;
+            }
+            for (name, r) in [("pool", &pooled), ("attached", &attached)] {
+                let mut b = vec![0u8; CHUNK];
+                r.read(off, &mut b).map_err(e)?;
+                if b != pattern(i) {
+                    return Err(format!("{name} buffer at {off}: not the last write"));
+                }
+            }
+        }
+        wait_for(&ep, Some(0), "ten notifications", || {
+            got.lock().unwrap().len() >= 10
+        })?;
+        let g = got.lock().unwrap().clone();
+        if g != (1..=10).collect::<Vec<u32>>() {
+            return Err(format!("notifications {g:?}"));
+        }
+        ep.unexport(1).map_err(e)?;
+        sync.barrier()?;
+        sync.barrier()?;
+        let (cpu0, t0) = (cpu_secs(), Instant::now());
+        wait_for(&ep, Some(0), "the late word", || {
+            attached.load_u32(LEN - 4).unwrap_or(0) == 0xD00D
+        })?;
+        let (cpu, wall) = (cpu_secs() - cpu0, t0.elapsed().as_secs_f64());
+        if wall < 1.0 || cpu > 0.1 * wall {
+            return Err(format!(
+                "waiting {wall:.2} s for a put used {cpu:.3} s of CPU (expected a sleep)"
+            ));
+        }
+        if vmmc::wait::counts().iter().all(|c| c.sleeps == 0) {
+            return Err("the wait never slept".into());
+        }
+    }
+    sync.barrier()?;
+    drop(sync);
+    drop(ep);
+    Ok(())
+}
+
+fn main() {
+    if std::env::var(CASE).is_ok() {
+        let rank = std::env::var("OMPI_COMM_WORLD_RANK").unwrap_or_default();
+        match rank_body() {
+            Ok(()) => {
+                println!("rank-ok {rank}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("rank {rank}: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "-n", "2"]);
+    // SAFETY: geteuid has no memory effects.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    let mut kid = c
+        .arg(std::env::current_exe().expect("current_exe"))
+        .env(CASE, "1")
+        .env("VMMC_TRANSPORT", "mpi")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun (the test command installs openmpi-bin)");
+    let mut out = kid.stdout.take().expect("stdout");
+    let mut err = kid.stderr.take().expect("stderr");
+    let o = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let er = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = kid.try_wait() {
+            break Some(s);
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = kid.kill();
+            let _ = kid.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let (stdout, stderr) = (o.join().unwrap_or_default(), er.join().unwrap_or_default());
+    let ok = status.is_some_and(|s| s.success())
+        && stdout.contains("rank-ok 0\n")
+        && stdout.contains("rank-ok 1\n");
+    println!(
+        "test rma::puts_gets_notifications_and_unexport (2 processes) ... {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    if !ok {
+        println!("status {status:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    }
+    println!();
+    println!("rma: {} passed, {} failed", ok as u32, !ok as u32);
+    std::process::exit(if ok { 0 } else { 1 });
+}
