@@ -964,7 +964,7 @@ impl State {
         let peer = self.peer(p);
         peer.link
             .proxy()
-            .send_notify(lay.nudge_off(), &v.to_ne_bytes())?;
+            .send_notify_wait(lay.nudge_off(), &v.to_ne_bytes())?;
         Ok(())
     }
 

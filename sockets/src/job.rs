@@ -508,7 +508,7 @@ impl JobListener {
             answer[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
         }
         // The sequence word last: the connecting side's flag.
-        if let Err(e) = proxy.send_notify(ACC_ID, &answer) {
+        if let Err(e) = proxy.send_notify_wait(ACC_ID, &answer) {
             ctl.close();
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionReset,
@@ -590,7 +590,7 @@ pub(crate) fn connect(
     let p = ctl.pending.as_ref().map(|p| (&p.listen, p.request));
     if let Some((listen, request)) = p {
         // The sequence word last: the listener's flag.
-        if let Err(e) = listen.send_notify(offset, &request) {
+        if let Err(e) = listen.send_notify_wait(offset, &request) {
             ctl.close();
             return Err(refused(format!("the listener closed: {e}")));
         }
