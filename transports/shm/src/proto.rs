@@ -319,6 +319,7 @@ mod tests {
                 buf: 9,
             },
             Msg::Bye,
+            Msg::CancelImport { req: 10 },
             Msg::Ok { req: 11 },
             Msg::err(12, &Error::PermissionDenied(3)),
             Msg::ImportOk {
