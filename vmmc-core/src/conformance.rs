@@ -191,6 +191,9 @@ impl<T: crate::Transport> crate::Transport for Degraded<T> {
     fn peer_alive(&self, p: crate::ProcId) -> bool {
         self.0.peer_alive(p)
     }
+    fn peer_failed(&self, p: crate::ProcId) -> bool {
+        self.0.peer_failed(p)
+    }
     fn post_redir(
         &self,
         buf: BufId,

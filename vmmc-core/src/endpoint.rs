@@ -320,6 +320,12 @@ impl Endpoint {
     pub fn peer_alive(&self, p: ProcId) -> bool {
         self.sh.t.peer_alive(p)
     }
+    /// Whether a process of the job failed (killed, crashed, exited with an error) rather
+    /// than leaving cleanly; `false` where the transport cannot tell.
+    pub fn peer_failed(&self, p: ProcId) -> bool {
+        self.sh.t.peer_failed(p)
+    }
+
     /// `Err(PeerLost)` when `p` is gone: for wait loops that must not hang on a dead peer.
     pub fn check_peer(&self, p: ProcId) -> Result<()> {
         if self.peer_alive(p) {

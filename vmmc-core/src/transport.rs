@@ -389,6 +389,12 @@ pub trait Transport: Send + Sync {
     fn wake(&self);
     /// Whether a process of the job is still running.
     fn peer_alive(&self, p: ProcId) -> bool;
+    /// Whether a process of the job ended by failing (killed, crashed, or exited with an
+    /// error) rather than by leaving cleanly. `false` where the transport cannot tell.
+    fn peer_failed(&self, p: ProcId) -> bool {
+        let _ = p;
+        false
+    }
     /// Posts a redirection on an exported redirectable buffer: data arriving for
     /// `buf_offset..buf_offset+len` goes to `dest[dest_offset..]` instead.
     fn post_redir(

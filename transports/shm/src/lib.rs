@@ -582,6 +582,11 @@ impl Transport for ShmTransport {
         self.rank_of(p).is_some_and(|r| self.status.alive(r))
     }
 
+    fn peer_failed(&self, p: ProcId) -> bool {
+        self.rank_of(p)
+            .is_some_and(|r| self.status.get(r) == shmem::state::DEAD)
+    }
+
     fn post_redir(
         &self,
         buf: BufId,
