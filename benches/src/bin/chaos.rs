@@ -14,12 +14,19 @@
 //! - `vmmc`: a token goes round the ring of ranks by deliberate update into each rank's
 //!   exported buffer, with a notification every 16 hops; each rank waits for it with the
 //!   core's wait, checking that every peer is alive;
-//! - `nx`: the same ring with NX `csend`/`crecv`.
+//! - `nx`: the same ring with NX `csend`/`crecv`;
+//! - `vrpc`: rank 0 serves vecho.x (VRPC, SunRPC-compatible) to the others, which call it in a
+//!   loop.
 //!
 //! A survivor prints `chaos-worker rank R: lost at_ms=T hops=H: ERROR` and exits 0, so the
 //! launcher's failure is the victim's alone.
 
 #![forbid(unsafe_code)]
+
+#[allow(dead_code, clippy::all)]
+#[rustfmt::skip]
+#[path = "../../../rpc/tests/vrpc_gen/vecho.rs"]
+mod vecho;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -33,7 +40,7 @@ const EXIT_LIMIT: Duration = Duration::from_secs(20);
 /// The latest moment of the kill after the victim process appeared.
 const MAX_DELAY_MS: u64 = 400;
 
-const WORKLOADS: &[&str] = &["vmmc", "nx"];
+const WORKLOADS: &[&str] = &["vmmc", "nx", "vrpc"];
 
 fn now_ms() -> u128 {
     SystemTime::now()
@@ -116,6 +123,84 @@ fn worker_nx() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => lost(me as usize, hops, &e),
+    }
+}
+
+/// The server side of vecho.x for the VRPC workload.
+struct Echo;
+
+impl vecho::VechoV1Server for Echo {
+    fn echo(&self, arg: vecho::blob) -> vecho::blob {
+        arg
+    }
+    fn add(&self, a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+    fn swap(&self, p: vecho::pair) -> vecho::pair {
+        vecho::pair { a: p.b, b: p.a }
+    }
+    fn concat(&self, mut a: rpc::xdr::XdrString, b: rpc::xdr::XdrString) -> rpc::xdr::XdrString {
+        a.0.extend_from_slice(&b.0);
+        a
+    }
+    fn reverse(&self, list: Option<Box<vecho::node>>) -> Option<Box<vecho::node>> {
+        list
+    }
+    fn set_value(&self, _: i64) {}
+    fn get_value(&self) -> i64 {
+        0
+    }
+}
+
+/// Rank 0 serves vecho.x to every other rank, which call it in a loop. A client learns of
+/// the server's death from its call (`PeerLost`); of another client's failure from the core
+/// (`peer_failed`: the application's choice to stop, as a job of NX nodes would); the server
+/// reports the bindings it lost once every client has gone.
+fn worker_vrpc() -> ExitCode {
+    use rpc::vrpc::{VrpcClient, VrpcServer};
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let (me, n) = (ep.rank(), ep.size());
+    if me == 0 {
+        return match VrpcServer::builder(&ep)
+            .service(vecho::VechoV1Service(Echo))
+            .serve(n as u64 - 1)
+        {
+            Ok(s) if s.lost > 0 => lost(me, s.calls, &format!("{} bindings lost: {s:?}", s.lost)),
+            Ok(s) => {
+                println!("chaos-worker rank {me}: served {s:?} without a loss");
+                ExitCode::SUCCESS
+            }
+            Err(e) => lost(me, 0, &e),
+        };
+    }
+    let mut calls = 0u64;
+    let r = (|| -> Result<(), String> {
+        let server = ep.proc_of(0).map_err(|e| e.to_string())?;
+        let mut c = vecho::VechoV1Client::new(
+            VrpcClient::bind(&ep, server).map_err(|e| format!("bind: {e}"))?,
+        );
+        let others: Vec<vmmc::ProcId> = (1..n)
+            .filter(|&k| k != me)
+            .filter_map(|k| ep.proc_of(k).ok())
+            .collect();
+        let data = rpc::xdr::Opaque(vec![0x5a; 256]);
+        loop {
+            let back = c.echo(&data).map_err(|e| e.to_string())?;
+            if back.len() != 256 {
+                return Err(format!("echo returned {} bytes", back.len()));
+            }
+            calls += 1;
+            if let Some(p) = others.iter().find(|p| ep.peer_failed(**p)) {
+                return Err(format!("client {p} failed"));
+            }
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me, calls, &e),
     }
 }
 
@@ -387,7 +472,7 @@ fn driver(args: &[String]) -> ExitCode {
                         *WORKLOADS
                             .iter()
                             .find(|x| **x == w)
-                            .expect("--workload vmmc|nx|any"),
+                            .expect("--workload vmmc|nx|vrpc|any"),
                     ),
                 }
             }
@@ -469,6 +554,7 @@ fn main() -> ExitCode {
         return match args.get(1).map(String::as_str) {
             Some("vmmc") => worker_vmmc(),
             Some("nx") => worker_nx(),
+            Some("vrpc") => worker_vrpc(),
             other => {
                 eprintln!("chaos: unknown workload {other:?}");
                 ExitCode::from(2)
