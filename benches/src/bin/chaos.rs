@@ -6,7 +6,7 @@
 //! - nothing is left behind: no file in the trial's temporary directory (the rendezvous's
 //!   socket and job directory live there), no new file in /dev/shm, no process of the job.
 //!
-//! `chaos [--seeds N] [--first S] [--workload vmmc|nx|any] [--ranks 3|4]` runs N trials from
+//! `chaos [--seeds N] [--first S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks 3|4]` runs N trials from
 //! seed S and prints one line per trial and a summary; a failing trial prints the command that
 //! replays it: `chaos --seed S` (the same workload, ranks, victim and moment).
 //!
@@ -16,7 +16,9 @@
 //!   core's wait, checking that every peer is alive;
 //! - `nx`: the same ring with NX `csend`/`crecv`;
 //! - `vrpc`: rank 0 serves vecho.x (VRPC, SunRPC-compatible) to the others, which call it in a
-//!   loop.
+//!   loop;
+//! - `sockets`: the token ring over stream sockets between the ranks (`JobListener`,
+//!   `VmmcStream::connect_job`).
 //!
 //! A survivor prints `chaos-worker rank R: lost at_ms=T hops=H: ERROR` and exits 0, so the
 //! launcher's failure is the victim's alone.
@@ -40,7 +42,7 @@ const EXIT_LIMIT: Duration = Duration::from_secs(20);
 /// The latest moment of the kill after the victim process appeared.
 const MAX_DELAY_MS: u64 = 400;
 
-const WORKLOADS: &[&str] = &["vmmc", "nx", "vrpc"];
+const WORKLOADS: &[&str] = &["vmmc", "nx", "vrpc", "sockets"];
 
 fn now_ms() -> u128 {
     SystemTime::now()
@@ -201,6 +203,43 @@ fn worker_vrpc() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => lost(me, calls, &e),
+    }
+}
+
+/// A ring of stream sockets inside the job: each rank reads the token from its left
+/// neighbour's connection and writes it on to its right one. A dead neighbour is an error or
+/// the end of the stream; a survivor that leaves closes its connections, so the loss travels
+/// round the ring as ends of streams (what a TCP application sees).
+fn worker_sockets() -> ExitCode {
+    use sockets::{JobListener, VmmcStream};
+    use std::io::Write;
+    const PORT: u16 = 24;
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let (me, n) = (ep.rank(), ep.size());
+    let mut hops = 0u64;
+    let r = (|| -> std::io::Result<()> {
+        let l = JobListener::bind(&ep, PORT)?;
+        let acceptor = std::thread::spawn(move || l.accept().map(|(s, _)| s));
+        let mut right = VmmcStream::connect_job(&ep, (me + 1) % n, PORT)?;
+        let mut left = acceptor
+            .join()
+            .map_err(|_| std::io::Error::other("accept panicked"))??;
+        if me == 0 {
+            right.write_all(&1u64.to_ne_bytes())?;
+        }
+        let mut tok = [0u8; 8];
+        loop {
+            left.read_exact(&mut tok)?;
+            hops += 1;
+            right.write_all(&(u64::from_ne_bytes(tok) + 1).to_ne_bytes())?;
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me, hops, &e),
     }
 }
 
@@ -472,14 +511,14 @@ fn driver(args: &[String]) -> ExitCode {
                         *WORKLOADS
                             .iter()
                             .find(|x| **x == w)
-                            .expect("--workload vmmc|nx|vrpc|any"),
+                            .expect("--workload vmmc|nx|vrpc|sockets|any"),
                     ),
                 }
             }
             "--ranks" => ranks = Some(val().parse().expect("--ranks 3|4")),
             "-h" | "--help" => {
                 println!(
-                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|nx|any] [--ranks N]"
+                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks N]"
                 );
                 return ExitCode::SUCCESS;
             }
@@ -555,6 +594,7 @@ fn main() -> ExitCode {
             Some("vmmc") => worker_vmmc(),
             Some("nx") => worker_nx(),
             Some("vrpc") => worker_vrpc(),
+            Some("sockets") => worker_sockets(),
             other => {
                 eprintln!("chaos: unknown workload {other:?}");
                 ExitCode::from(2)
