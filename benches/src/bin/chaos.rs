@@ -210,6 +210,9 @@ fn worker_vrpc() -> ExitCode {
 /// neighbour's connection and writes it on to its right one. A dead neighbour is an error or
 /// the end of the stream; a survivor that leaves closes its connections, so the loss travels
 /// round the ring as ends of streams (what a TCP application sees).
+/// The sockets workload's wait for its left neighbour's connection.
+static ACCEPT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("chaos.accept");
+
 fn worker_sockets() -> ExitCode {
     use sockets::{JobListener, VmmcStream};
     use std::io::Write;
@@ -222,11 +225,30 @@ fn worker_sockets() -> ExitCode {
     let mut hops = 0u64;
     let r = (|| -> std::io::Result<()> {
         let l = JobListener::bind(&ep, PORT)?;
-        let acceptor = std::thread::spawn(move || l.accept().map(|(s, _)| s));
-        let mut right = VmmcStream::connect_job(&ep, (me + 1) % n, PORT)?;
-        let mut left = acceptor
+        let ep2 = ep.clone();
+        let connector =
+            std::thread::spawn(move || VmmcStream::connect_job(&ep2, (me + 1) % n, PORT));
+        // An accept is tied to no peer (as with TCP): the application gives up on the one it
+        // expects when that process is gone.
+        let from = ep
+            .proc_of((me + n - 1) % n)
+            .map_err(std::io::Error::other)?;
+        l.set_nonblocking(true)?;
+        let nap = vmmc::wait::Nap::new();
+        let mut wait = vmmc::wait::Wait::on(&ACCEPT_SITE, &nap);
+        let mut left = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    ep.check_peer(from).map_err(std::io::Error::other)?;
+                    wait.idle();
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut right = connector
             .join()
-            .map_err(|_| std::io::Error::other("accept panicked"))??;
+            .map_err(|_| std::io::Error::other("connect panicked"))??;
         if me == 0 {
             right.write_all(&1u64.to_ne_bytes())?;
         }
