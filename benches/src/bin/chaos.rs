@@ -4,7 +4,8 @@
 //! - nobody hangs (the launcher exits within a bound after the kill),
 //! - the launcher exits non-zero and names the dead rank,
 //! - nothing is left behind: no file in the trial's temporary directory (the rendezvous's
-//!   socket and job directory live there), no new file in /dev/shm, no process of the job.
+//!   socket and job directory live there), no file of the job's processes in /dev/shm, no
+//!   process of the job.
 //!
 //! `chaos [--seeds N] [--first S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks 3|4]` runs N trials from
 //! seed S and prints one line per trial and a summary; a failing trial prints the command that
@@ -407,8 +408,10 @@ fn trial(exe: &Path, launcher: &Path, scratch: &Path, p: &Plan) -> Outcome {
     let t0 = Instant::now();
     let mut victim = None;
     let mut pids = vec![];
+    let mut job_pids = std::collections::BTreeSet::from([lpid]);
     while t0.elapsed() < EXIT_LIMIT {
         pids = children(lpid);
+        job_pids.extend(pids.iter().copied());
         victim = pids.iter().copied().find(|&c| rank_of(c) == Some(p.victim));
         if victim.is_some() || child.try_wait().ok().flatten().is_some() {
             break;
@@ -420,6 +423,7 @@ fn trial(exe: &Path, launcher: &Path, scratch: &Path, p: &Plan) -> Outcome {
         // The chaos itself: the moment of the kill, from the seed.
         std::thread::sleep(Duration::from_millis(p.delay_ms));
         pids = children(lpid);
+        job_pids.extend(pids.iter().copied());
         kill_ms = Some(now_ms());
         o.killed = sigkill(v);
     } else {
@@ -497,8 +501,15 @@ fn trial(exe: &Path, launcher: &Path, scratch: &Path, p: &Plan) -> Outcome {
                 .push(format!("left in TMPDIR: {}", e.path().display()));
         }
     }
+    // Files in /dev/shm carry their creator's pid (the host-local socket rings: c<pid>,
+    // l<pid>); other jobs on the machine may be making their own meanwhile.
     for f in shm_entries().difference(&shm_before) {
-        if f.contains("vmmc") {
+        let name = f.rsplit('/').next().unwrap_or("");
+        let digits: String = name.chars().filter(|c| c.is_ascii_digit()).collect();
+        if digits
+            .parse::<u32>()
+            .is_ok_and(|pid| job_pids.contains(&pid))
+        {
             o.leaks.push(format!("left in /dev/shm: {f}"));
         }
     }
