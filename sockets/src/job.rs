@@ -54,8 +54,8 @@ pub const BACKLOG: usize = 8;
 const SLOT: usize = 16;
 
 /// How long a listener waits for the grant of a requester's ring, which the requester
-/// exported before it asked.
-const RING_GRANT: Duration = Duration::from_secs(2);
+/// exported before it asked (generous: a loaded machine must not turn a real request away).
+const RING_GRANT: Duration = Duration::from_secs(5);
 /// Longest sleep of a non-paced waiter: bounds the time to notice a dead peer.
 const SLICE: Duration = Duration::from_millis(20);
 /// Paced turns between two resends of a pending request (a resend finds a closed listener).
