@@ -7,7 +7,8 @@
 //!   socket and job directory live there), no file of the job's processes in /dev/shm, no
 //!   process of the job.
 //!
-//! `chaos [--seeds N] [--first S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks 3|4]` runs N trials from
+//! `chaos [--seeds N] [--first S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks 3|4]
+//! [--transport shm|tcp]` runs N trials from
 //! seed S and prints one line per trial and a summary; a failing trial prints the command that
 //! replays it: `chaos --seed S` (the same workload, ranks, victim and moment).
 //!
@@ -286,6 +287,7 @@ impl Rng {
 
 #[derive(Debug, Clone)]
 struct Plan {
+    transport: &'static str,
     seed: u64,
     workload: &'static str,
     ranks: usize,
@@ -302,6 +304,7 @@ impl Plan {
         let victim = r.below(ranks as u64) as usize;
         let delay_ms = r.below(MAX_DELAY_MS + 1);
         Plan {
+            transport: "shm",
             seed,
             workload: workload.unwrap_or(w),
             ranks,
@@ -382,7 +385,8 @@ fn trial(exe: &Path, launcher: &Path, scratch: &Path, p: &Plan) -> Outcome {
     std::fs::create_dir_all(&tmp).expect("scratch directory");
     let shm_before = shm_entries();
     let mut child = Command::new(launcher)
-        .args(["-n", &p.ranks.to_string(), "--bind-to", "none", "--"])
+        .args(["-n", &p.ranks.to_string(), "--bind-to", "none"])
+        .args(["--transport", p.transport, "--"])
         .arg(exe)
         .args(["--worker", p.workload])
         .env("TMPDIR", &tmp)
@@ -529,6 +533,7 @@ fn driver(args: &[String]) -> ExitCode {
     let mut one = None;
     let mut workload = None;
     let mut ranks = None;
+    let mut transport = "shm";
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().unwrap_or_default();
@@ -549,9 +554,16 @@ fn driver(args: &[String]) -> ExitCode {
                 }
             }
             "--ranks" => ranks = Some(val().parse().expect("--ranks 3|4")),
+            "--transport" => {
+                transport = match val().as_str() {
+                    "shm" => "shm",
+                    "tcp" => "tcp",
+                    other => panic!("--transport shm|tcp, not {other:?}"),
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks N]"
+                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks N] [--transport shm|tcp]"
                 );
                 return ExitCode::SUCCESS;
             }
@@ -578,7 +590,8 @@ fn driver(args: &[String]) -> ExitCode {
     let (mut kills, mut hangs, mut leaks, mut failed) = (0, 0, 0, vec![]);
     let mut worst_detect = 0u128;
     for seed in list {
-        let p = Plan::new(seed, workload, ranks);
+        let mut p = Plan::new(seed, workload, ranks);
+        p.transport = transport;
         let o = trial(&exe, &launcher, &scratch, &p);
         kills += o.killed as u32;
         hangs += o.hang as u32;
@@ -586,8 +599,9 @@ fn driver(args: &[String]) -> ExitCode {
         worst_detect = worst_detect.max(o.detect_ms.unwrap_or(0));
         let ok = o.failures.is_empty() && o.leaks.is_empty();
         println!(
-            "seed={} workload={} ranks={} victim={} delay_ms={} killed={} detect_ms={} {}",
+            "seed={} transport={} workload={} ranks={} victim={} delay_ms={} killed={} detect_ms={} {}",
             p.seed,
+            p.transport,
             p.workload,
             p.ranks,
             p.victim,
@@ -610,8 +624,13 @@ fn driver(args: &[String]) -> ExitCode {
         "chaos: {trials} trials, {kills} kills, {hangs} hangs, {leaks} leaks, {} failed, worst detection {worst_detect} ms",
         failed.len()
     );
+    let on = if transport == "shm" {
+        String::new()
+    } else {
+        format!(" --transport {transport}")
+    };
     for s in &failed {
-        println!("replay: chaos --seed {s}");
+        println!("replay: chaos --seed {s}{on}");
     }
     if failed.is_empty() {
         ExitCode::SUCCESS
