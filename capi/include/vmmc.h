@@ -66,7 +66,8 @@ int vmmc_JobSize(void);
 /* Node and squid of the VMMC process that started this one; both -1 when there is none.
  * NULL pointers are allowed. */
 int vmmc_Parent(int *node, int *squid);
-/* Node and squid of the process of rank `rank` (pass them to vmmc_ImportRecvBuf). */
+/* Node and squid of the process of rank `rank` (pass them to vmmc_ImportRecvBuf). NULL
+ * pointers are allowed. */
 int vmmc_RankToProc(int rank, int *node, int *squid);
 /* VMMC page size in bytes. */
 int vmmc_PageSize(void);
@@ -164,7 +165,7 @@ int vmmc_PostRedir(uint32_t bufid, void *dest, size_t dest_len, size_t buf_offse
  * *buf_offset..*buf_offset+*len (*len == 0: nothing). NULL pointers are allowed. */
 int vmmc_EndRedir(uint32_t bufid, size_t *buf_offset, size_t *len);
 /* 1 and *offset = offset of the last word of the last message into `bufid`, or 0 when none
- * arrived since the last vmmc_ClearDataEnd. */
+ * arrived since the last vmmc_ClearDataEnd. `offset` may be NULL. */
 int vmmc_DataEnd(uint32_t bufid, size_t *offset);
 /* Clears the end-of-data word of `bufid`. */
 int vmmc_ClearDataEnd(uint32_t bufid);

@@ -46,7 +46,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use vmmc::{Endpoint, ExportOptions, MemKind, Proxy, Region, WriteOpts};
+use vmmc::{Endpoint, ExportOptions, MemKind, Proxy, Region};
 
 /// First buffer id of the rings this library exports (one per sending rank).
 pub const RING_BUF_BASE: u32 = 0x4841_0000;
@@ -1534,14 +1534,13 @@ fn put_packet_split(h: &mut Hamlyn, dest: u32, mut hdr: Header, pieces: &[&[u8]]
     stage.resize(pad4(stage.len()), 0);
     debug_assert_eq!(dst + stage.len(), h.layout.header_at(cell));
     stage.extend_from_slice(&hdr.encode());
-    let r = proxy.send_with(
-        dst,
-        stage,
-        WriteOpts {
-            notify,
-            ..Default::default()
-        },
-    );
+    // A notification that meets a full queue is posted again once there is room: the
+    // receiver's interface never loses one.
+    let r = if notify {
+        proxy.send_notify_wait(dst, stage)
+    } else {
+        proxy.send(dst, stage)
+    };
     h.stats.packets_sent += 1;
     r.map_err(Error::from)
 }

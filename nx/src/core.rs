@@ -527,7 +527,7 @@ impl Core {
     }
 
     /// Makes progress until `step` returns a value. `watch` names the peers whose death
-    /// makes the wait hopeless (`None`: all of them must be gone).
+    /// makes the wait hopeless (`None`: any of them failed, or all of them are gone).
     pub fn wait<T>(
         &self,
         what: &'static str,
@@ -602,6 +602,16 @@ impl Core {
             }
             Some(_) => None,
             None => {
+                // A node of the application failed (killed, crashed): the application is
+                // broken, as on the Paragon, where it would have been ended; a receive from any
+                // node must not wait for ever on the nodes that wait for the failed one. A node
+                // that left cleanly only ends the waits that need it.
+                for p in (0..self.n).filter(|&p| p != self.me) {
+                    let proc = self.ep.proc_of(p).ok()?;
+                    if self.ep.peer_failed(proc) {
+                        return Some(p);
+                    }
+                }
                 let mut last = None;
                 for p in (0..self.n).filter(|&p| p != self.me) {
                     let proc = self.ep.proc_of(p).ok()?;
@@ -964,7 +974,7 @@ impl State {
         let peer = self.peer(p);
         peer.link
             .proxy()
-            .send_notify(lay.nudge_off(), &v.to_ne_bytes())?;
+            .send_notify_wait(lay.nudge_off(), &v.to_ne_bytes())?;
         Ok(())
     }
 

@@ -53,6 +53,9 @@ const RING_SPAN: u32 = 0x0fff_0000;
 pub const BACKLOG: usize = 8;
 const SLOT: usize = 16;
 
+/// How long a listener waits for the grant of a requester's ring, which the requester
+/// exported before it asked (generous: a loaded machine must not turn a real request away).
+const RING_GRANT: Duration = Duration::from_secs(5);
 /// Longest sleep of a non-paced waiter: bounds the time to notice a dead peer.
 const SLICE: Duration = Duration::from_millis(20);
 /// Paced turns between two resends of a pending request (a resend finds a closed listener).
@@ -141,12 +144,18 @@ fn lost(p: ProcId) -> io::Error {
 }
 
 /// Imports `owner`'s buffer `id`, waiting for its export while `owner` lives.
-fn import_within(ep: &Endpoint, owner: ProcId, id: BufId, paced: bool) -> io::Result<Proxy> {
+fn import_within(
+    ep: &Endpoint,
+    owner: ProcId,
+    id: BufId,
+    paced: bool,
+    deadline: Option<u64>,
+) -> io::Result<Proxy> {
     let mut req = ep.import_async(owner, id).map_err(Error::from)?;
     wait_for(
         paced,
         None,
-        None,
+        deadline,
         || req.status().map_err(|e| Error::from(e).into()),
         || ep.check_peer(owner).map_err(|_| lost(owner)),
     )
@@ -302,7 +311,7 @@ impl JobCtl {
             if !valid_capacity(cap) {
                 return Err(Error::Handshake(format!("bad listener ring capacity {cap}")).into());
             }
-            let proxy = import_within(&self.ep, self.peer, id, self.paced)?;
+            let proxy = import_within(&self.ep, self.peer, id, self.paced, None)?;
             Ok(Peer {
                 cap,
                 ring: PeerRing::Imported(proxy),
@@ -362,6 +371,8 @@ pub struct JobListener {
     /// Where the next scan of the slots starts (fairness between ranks).
     next: AtomicUsize,
     nonblocking: AtomicBool,
+    /// Malformed connection requests refused so far.
+    rejected: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for JobListener {
@@ -413,7 +424,22 @@ impl JobListener {
             taken: Mutex::new(vec![0; slots]),
             next: AtomicUsize::new(0),
             nonblocking: AtomicBool::new(false),
+            rejected: Default::default(),
         })
+    }
+
+    /// Malformed connection requests refused so far: a ring capacity out of range, a ring
+    /// id outside the ring range, or a ring the requester did not export.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    fn reject(&self, rank: usize, why: std::fmt::Arguments<'_>) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "vmmc sockets: port {}: refused a malformed connection request from rank {rank}: {why}",
+            self.port
+        );
     }
 
     /// The port.
@@ -463,6 +489,11 @@ impl JobListener {
             let cap = self.listen.load_u32(off + 4).map_err(Error::from)? as usize;
             let rank = i / BACKLOG;
             if !valid_capacity(cap) {
+                self.reject(rank, format_args!("ring capacity {cap}"));
+                continue;
+            }
+            if !(RING_FIRST..RING_FIRST + RING_SPAN).contains(&id) {
+                self.reject(rank, format_args!("ring id {id:#x}"));
                 continue;
             }
             match self.answer(rank, id, cap, seq) {
@@ -470,6 +501,12 @@ impl JobListener {
                 // The connecting process left meanwhile: as a reset connection in a
                 // kernel's backlog, it is dropped.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => continue,
+                // Its ring did not come: a broken requester, which must not hold up the
+                // others.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.reject(rank, format_args!("ring {id:#x} is not exported"));
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -496,7 +533,10 @@ impl JobListener {
             pending: None,
             resolving: Mutex::new(()),
         };
-        let proxy = match import_within(ep, client, id, self.paced) {
+        // The requester exported its ring before it wrote the request: the import is granted
+        // at once, or the request is broken (bounded, WouldBlock).
+        let deadline = vmmc::pace::now_ns() + RING_GRANT.as_nanos() as u64;
+        let proxy = match import_within(ep, client, id, self.paced, Some(deadline)) {
             Ok(p) => p,
             Err(e) => {
                 ctl.close();
@@ -508,7 +548,7 @@ impl JobListener {
             answer[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
         }
         // The sequence word last: the connecting side's flag.
-        if let Err(e) = proxy.send_notify(ACC_ID, &answer) {
+        if let Err(e) = proxy.send_notify_wait(ACC_ID, &answer) {
             ctl.close();
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionReset,
@@ -541,7 +581,7 @@ pub(crate) fn connect(
     let paced = vmmc::pace::is_paced();
     let peer = ep.proc_of(rank).map_err(Error::from)?;
     let cap = ring_capacity(&opts)?;
-    let listen = import_within(ep, peer, LISTEN_BASE + BufId::from(port), paced)?;
+    let listen = import_within(ep, peer, LISTEN_BASE + BufId::from(port), paced, None)?;
     if listen.len() < ep.size() * BACKLOG * SLOT {
         return Err(Error::Handshake("the listen buffer is too small".into()).into());
     }
@@ -590,7 +630,7 @@ pub(crate) fn connect(
     let p = ctl.pending.as_ref().map(|p| (&p.listen, p.request));
     if let Some((listen, request)) = p {
         // The sequence word last: the listener's flag.
-        if let Err(e) = listen.send_notify(offset, &request) {
+        if let Err(e) = listen.send_notify_wait(offset, &request) {
             ctl.close();
             return Err(refused(format!("the listener closed: {e}")));
         }

@@ -661,7 +661,11 @@ impl Conn {
                 .send_with_flags(&[1], libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
                 .is_ok(),
             Ctl::Job(_) => match self.peer.get().map(|p| &p.ring) {
-                Some(PeerRing::Imported(p)) => p.send_notify(WAKE, &1u32.to_ne_bytes()).is_ok(),
+                // A full notification queue already holds wake-ups for the peer.
+                Some(PeerRing::Imported(p)) => matches!(
+                    p.send_notify(WAKE, &1u32.to_ne_bytes()),
+                    Ok(()) | Err(vmmc::Error::WouldBlock)
+                ),
                 _ => false,
             },
         };

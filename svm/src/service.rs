@@ -346,7 +346,7 @@ impl Service {
             .peers()
             .and_then(|p| p.ctl[node].as_ref())
             .ok_or_else(|| Error::Protocol(format!("node {node} is not imported")))?;
-        ctl.send_notify(self.lay.awake() + 4, &[0; 4])
+        ctl.send_notify_wait(self.lay.awake() + 4, &[0; 4])
             .map_err(|e| lost(node, e))?;
         st.notifications_sent += 1;
         st.messages += 1;

@@ -169,6 +169,9 @@ impl<T: crate::Transport> crate::Transport for Degraded<T> {
     fn import_request(&self, owner: crate::ProcId, buf: BufId) -> crate::Result<u64> {
         self.0.import_request(owner, buf)
     }
+    fn import_cancel(&self, request: u64) {
+        self.0.import_cancel(request)
+    }
     fn import_poll(&self, request: u64, wait: bool) -> crate::Result<crate::ImportPoll> {
         Ok(match self.0.import_poll(request, wait)? {
             crate::ImportPoll::Ready(r) => crate::ImportPoll::Ready(Box::new(DegradedRemote(r))),
@@ -187,6 +190,9 @@ impl<T: crate::Transport> crate::Transport for Degraded<T> {
     }
     fn peer_alive(&self, p: crate::ProcId) -> bool {
         self.0.peer_alive(p)
+    }
+    fn peer_failed(&self, p: crate::ProcId) -> bool {
+        self.0.peer_failed(p)
     }
     fn post_redir(
         &self,
@@ -912,7 +918,7 @@ fn notify_blocking(ep: &Endpoint) -> Check {
         sync.barrier()?;
         let p = ep.import(ep.proc_of(1).ctx("rank")?, 70).ctx("import")?;
         for v in 0..N {
-            p.send_notify(4 * v as usize, &v.to_ne_bytes())
+            p.send_notify_wait(4 * v as usize, &v.to_ne_bytes())
                 .ctx("send_notify")?;
         }
         sync.barrier()?;
@@ -959,7 +965,7 @@ fn notify_overflow(ep: &Endpoint) -> Check {
         sync.barrier()?;
         let p = ep.import(ep.proc_of(1).ctx("rank")?, 75).ctx("import")?;
         for v in 0..N {
-            p.send_notify(0, &v.to_ne_bytes()).ctx("send_notify")?;
+            p.send_notify_wait(0, &v.to_ne_bytes()).ctx("send_notify")?;
         }
         sync.barrier()
     }
@@ -1019,7 +1025,8 @@ fn handlers_serial(ep: &Endpoint) -> Check {
         let off = 4 * ep.rank();
         for s in 1..=N {
             let v = (ep.rank() as u32) << 24 | s;
-            p.send_notify(off, &v.to_ne_bytes()).ctx("send_notify")?;
+            p.send_notify_wait(off, &v.to_ne_bytes())
+                .ctx("send_notify")?;
         }
         sync.barrier()
     }

@@ -142,14 +142,7 @@ impl ReadService {
             req[8..16].copy_from_slice(&((offset + pos) as u64).to_ne_bytes());
             req[16..24].copy_from_slice(&(n as u64).to_ne_bytes());
             req[24..28].copy_from_slice(&s.to_ne_bytes());
-            svc.write(
-                me * SLOT,
-                &req,
-                WriteOpts {
-                    notify: true,
-                    ..Default::default()
-                },
-            )?;
+            crate::transport::write_notify_wait(svc, me * SLOT, &req)?;
             let t = &self.t;
             self.reply.wait_u32(
                 CHUNK + 4,

@@ -320,6 +320,12 @@ impl Endpoint {
     pub fn peer_alive(&self, p: ProcId) -> bool {
         self.sh.t.peer_alive(p)
     }
+    /// Whether a process of the job failed (killed, crashed, exited with an error) rather
+    /// than leaving cleanly; `false` where the transport cannot tell.
+    pub fn peer_failed(&self, p: ProcId) -> bool {
+        self.sh.t.peer_failed(p)
+    }
+
     /// `Err(PeerLost)` when `p` is gone: for wait loops that must not hang on a dead peer.
     pub fn check_peer(&self, p: ProcId) -> Result<()> {
         if self.peer_alive(p) {
@@ -395,16 +401,20 @@ impl Endpoint {
     }
 
     /// Unexports `buf` (`vmmc_UnexportRecvBuf`): breaks every link, waits for data in flight;
-    /// afterwards nothing is written to it and importers' sends fail with `Unexported`.
+    /// afterwards nothing is written to it and importers' sends fail with `Unexported`. An
+    /// error (the trusted party lost on the way) still leaves the buffer unexported: its id
+    /// and memory are free again.
     pub fn unexport(&self, buf: BufId) -> Result<()> {
         let mut ex = self.sh.exports.lock().unwrap_or_else(|e| e.into_inner());
         if !ex.contains_key(&buf) {
             return Err(Error::NoSuchBuffer(buf));
         }
-        self.sh.t.unexport(buf)?;
+        // The transport breaks the links first and may fail after (its trusted party gone):
+        // the buffer is gone either way, never half exported, so it leaves the table too.
+        let r = self.sh.t.unexport(buf);
         ex.remove(&buf);
         self.sh.notifier.set_handler(buf, None);
-        Ok(())
+        r
     }
 
     /// The region exported as `buf`.
@@ -663,6 +673,9 @@ impl Shared {
     }
 }
 
+/// A sender's wait for room in a receiver's full notification queue.
+static NOTIFY_FULL_SITE: crate::wait::Site = crate::wait::Site::new("vmmc.proxy-notify-full");
+
 /// An import in progress (`vmmc_ImportRecvBufAsync` / `vmmc_ImportRecvBufStatus`).
 pub struct ImportRequest {
     ep: Endpoint,
@@ -695,6 +708,15 @@ impl ImportRequest {
                 self.done = true;
                 self.ep.make_proxy(r, self.owner, self.buf)
             }
+        }
+    }
+}
+
+impl Drop for ImportRequest {
+    /// A request dropped before it completed leaves nothing behind.
+    fn drop(&mut self) {
+        if !self.done {
+            self.ep.sh.t.import_cancel(self.id);
         }
     }
 }
@@ -774,6 +796,10 @@ impl Proxy {
     }
 
     /// Deliberate update with notification (`vmmc_SendDataNotify`).
+    ///
+    /// A receiver whose notification queue is full does not make the sender wait:
+    /// [`Error::WouldBlock`] says that the data has landed but the notification has not been
+    /// posted; [`Proxy::notify`] posts it again (or the caller gives up on it).
     #[inline]
     pub fn send_notify(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.ep.sh.engine.settle();
@@ -785,6 +811,36 @@ impl Proxy {
                 ..Default::default()
             },
         )
+    }
+
+    /// Posts the notification of an earlier `send_notify(offset, data)` whose data landed but
+    /// whose notification returned [`Error::WouldBlock`]; may return `WouldBlock` again.
+    pub fn notify(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if !self.inner.live.load(Ordering::Relaxed) {
+            return Err(Error::NotImported);
+        }
+        check_transfer(offset, data.len(), self.inner.len)?;
+        let last = data.len() - crate::WORD_SIZE;
+        let value = u32::from_ne_bytes(data[last..].try_into().expect("a word"));
+        self.inner.remote.notify(offset + last, value)
+    }
+
+    /// [`Proxy::send_notify`] that waits (through `vmmc::wait`) while the receiver's
+    /// notification queue is full, for protocols whose notification must not be lost.
+    pub fn send_notify_wait(&self, offset: usize, data: &[u8]) -> Result<()> {
+        match self.send_notify(offset, data) {
+            Err(Error::WouldBlock) => {}
+            r => return r,
+        }
+        // Nobody rings when the receiver makes room: naps past the spin.
+        let nap = crate::wait::Nap::new();
+        let mut w = crate::wait::Wait::on(&NOTIFY_FULL_SITE, &nap);
+        loop {
+            match self.notify(offset, data) {
+                Err(Error::WouldBlock) => w.idle(),
+                r => return r,
+            }
+        }
     }
 
     /// Deliberate update with explicit options.
@@ -931,5 +987,108 @@ mod tests {
             p.write(0, &[0u8; 4], WriteOpts::default()),
             Err(Error::NotImported)
         ));
+    }
+
+    /// A transport whose trusted party is gone by the time of an unexport: the links are
+    /// broken, but the party's confirmation fails.
+    struct LosesParty {
+        job: JobInfo,
+        imports: Mutex<Vec<u64>>,
+    }
+
+    impl Transport for LosesParty {
+        fn name(&self) -> &'static str {
+            "loses-party"
+        }
+        fn caps(&self) -> Caps {
+            Caps {
+                remote_read: true,
+                ..Default::default()
+            }
+        }
+        fn job(&self) -> &JobInfo {
+            &self.job
+        }
+        fn export(&self, _: ExportSpec<'_>) -> Result<()> {
+            Ok(())
+        }
+        fn unexport(&self, _: BufId) -> Result<()> {
+            Err(Error::PeerLost("the rendezvous is gone".into()))
+        }
+        fn import_request(&self, _: ProcId, _: BufId) -> Result<u64> {
+            let mut g = self.imports.lock().unwrap();
+            let id = g.len() as u64;
+            g.push(id);
+            Ok(id)
+        }
+        fn import_poll(&self, _: u64, _: bool) -> Result<ImportPoll> {
+            Ok(ImportPoll::Pending)
+        }
+        fn import_cancel(&self, request: u64) {
+            self.imports.lock().unwrap().retain(|r| *r != request);
+        }
+        fn progress(&self, _: &mut dyn FnMut(Notification), _: Option<Duration>) -> Result<usize> {
+            Ok(0)
+        }
+        fn wake(&self) {}
+        fn peer_alive(&self, _: ProcId) -> bool {
+            true
+        }
+        fn post_redir(&self, _: BufId, _: &Region, _: usize, _: usize, _: usize) -> Result<()> {
+            Ok(())
+        }
+        fn end_redir(&self, _: BufId) -> Result<Redirected> {
+            Err(Error::Unsupported("redirection"))
+        }
+        fn data_end(&self, _: BufId) -> Result<Option<usize>> {
+            Ok(None)
+        }
+        fn clear_data_end(&self, _: BufId) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn loses_party() -> (Arc<LosesParty>, Endpoint) {
+        let me = ProcId { node: 0, squid: 1 };
+        let t = Arc::new(LosesParty {
+            job: JobInfo {
+                rank: 0,
+                size: 1,
+                procs: vec![me],
+                hosts: vec!["here".into()],
+                parent: None,
+            },
+            imports: Mutex::new(vec![]),
+        });
+        let ep = Endpoint::new(t.clone()).unwrap();
+        (t, ep)
+    }
+
+    #[test]
+    fn a_failed_unexport_leaves_the_buffer_gone_not_half() {
+        let (_t, ep) = loses_party();
+        let r = ep.alloc(4096, MemKind::Shared).unwrap();
+        ep.export(3, &r, ExportOptions::new().handler(|_| {}))
+            .unwrap();
+        assert!(matches!(ep.unexport(3), Err(Error::PeerLost(_))));
+        assert!(
+            ep.exported_region(3).is_none(),
+            "the transport broke the links: the core must not still list the buffer"
+        );
+        assert!(!ep.sh.notifier.has_handlers(), "its handler is gone too");
+        // The id and the memory can be exported again.
+        ep.export(3, &r, ExportOptions::new()).unwrap();
+    }
+
+    #[test]
+    fn a_dropped_import_request_is_withdrawn_from_the_transport() {
+        let (t, ep) = loses_party();
+        let mut pending = ep.import_async(ep.me(), 1).unwrap();
+        assert!(pending.status().unwrap().is_none());
+        let other = ep.import_async(ep.me(), 2).unwrap();
+        drop(pending);
+        assert_eq!(*t.imports.lock().unwrap(), vec![1], "request 0 withdrawn");
+        drop(other);
+        assert!(t.imports.lock().unwrap().is_empty());
     }
 }

@@ -18,8 +18,9 @@
 
 use crate::error::{Error, Result};
 use crate::types::{BufId, Notification};
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A notification handler: called with the notification after its data is in memory.
@@ -29,8 +30,17 @@ pub type Handler = Arc<dyn Fn(Notification) + Send + Sync>;
 pub const DEFAULT_QUEUE: usize = 4096;
 
 thread_local! {
-    /// `Some(depth)` while this thread runs a handler: the handler's own block nesting.
-    static IN_HANDLER: Cell<Option<u32>> = const { Cell::new(None) };
+    /// The handlers this thread is running, innermost last: the dispatcher each belongs to
+    /// and the handler's own block nesting. Keyed by dispatcher, so a handler of one endpoint
+    /// that blocks another endpoint's notifications acts on that endpoint (the in-handler
+    /// state is per endpoint, not per thread).
+    static IN_HANDLER: RefCell<Vec<(u64, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Identity of a dispatcher, never reused.
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, AtomicOrdering::Relaxed)
 }
 
 struct State {
@@ -45,6 +55,7 @@ struct State {
 
 /// The per-process notification dispatcher.
 pub struct Notifier {
+    id: u64,
     st: Mutex<State>,
     cv: Condvar,
 }
@@ -59,6 +70,7 @@ impl Notifier {
     /// A dispatcher whose blocked queue holds `capacity` notifications.
     pub fn new(capacity: usize) -> Notifier {
         Notifier {
+            id: next_id(),
             st: Mutex::new(State {
                 depth: 0,
                 running: false,
@@ -167,7 +179,7 @@ impl Notifier {
     /// Runs queued handlers in order while unblocked and nobody else is running one.
     fn drain<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         // A handler that itself triggers delivery (e.g. poll) must not recurse.
-        if IN_HANDLER.with(|c| c.get()).is_some() {
+        if self.handler_depth().is_some() {
             return st;
         }
         while st.depth == 0 && !st.running {
@@ -177,9 +189,14 @@ impl Notifier {
             };
             st.running = true;
             drop(st);
-            IN_HANDLER.with(|c| c.set(Some(0)));
+            IN_HANDLER.with(|c| c.borrow_mut().push((self.id, 0)));
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(n)));
-            IN_HANDLER.with(|c| c.set(None));
+            IN_HANDLER.with(|c| {
+                let mut c = c.borrow_mut();
+                if let Some(i) = c.iter().rposition(|(id, _)| *id == self.id) {
+                    c.remove(i);
+                }
+            });
             if r.is_err() {
                 eprintln!("vmmc: a notification handler for buffer {} panicked", n.buf);
             }
@@ -191,17 +208,33 @@ impl Notifier {
         st
     }
 
+    /// This thread's nesting inside a handler of this dispatcher, if it runs one.
+    fn handler_depth(&self) -> Option<u32> {
+        IN_HANDLER.with(|c| {
+            c.borrow()
+                .iter()
+                .rev()
+                .find(|(id, _)| *id == self.id)
+                .map(|(_, d)| *d)
+        })
+    }
+
+    /// Applies `f` to this thread's nesting inside a handler of this dispatcher, if it runs
+    /// one.
+    fn with_handler_depth<R>(&self, f: impl FnOnce(&mut u32) -> R) -> Option<R> {
+        IN_HANDLER.with(|c| {
+            c.borrow_mut()
+                .iter_mut()
+                .rev()
+                .find(|(id, _)| *id == self.id)
+                .map(|(_, d)| f(d))
+        })
+    }
+
     /// Blocks notifications (`vmmc_BlockNotifications`). Outside a handler, returns once no
     /// handler is running, so the caller's data is safe from handlers until it unblocks.
     pub fn block(&self) {
-        if IN_HANDLER.with(|c| {
-            if let Some(d) = c.get() {
-                c.set(Some(d + 1));
-                true
-            } else {
-                false
-            }
-        }) {
+        if self.with_handler_depth(|d| *d += 1).is_some() {
             return;
         }
         let mut st = self.lock();
@@ -214,13 +247,13 @@ impl Notifier {
     /// Unblocks conditionally (`vmmc_UnblockNotifications`): `Ok(1)` when notifications are
     /// now unblocked (queued ones have been delivered), `Ok(0)` when still nested.
     pub fn unblock(&self) -> Result<i32> {
-        let in_handler = IN_HANDLER.with(|c| match c.get() {
-            Some(0) => Some(Err(Error::UnblockInHandler)),
-            Some(d) => {
-                c.set(Some(d - 1));
-                Some(Ok(0))
+        let in_handler = self.with_handler_depth(|d| {
+            if *d == 0 {
+                Err(Error::UnblockInHandler)
+            } else {
+                *d -= 1;
+                Ok(0)
             }
-            None => None,
         });
         if let Some(r) = in_handler {
             return r;
@@ -388,5 +421,39 @@ mod tests {
         nt.unblock().unwrap();
         assert_eq!(overlap.load(Ordering::SeqCst), 0);
         assert_eq!(nt.delivered(), 2000);
+    }
+
+    #[test]
+    fn in_handler_state_belongs_to_its_endpoint() {
+        // A handler of one endpoint that blocks and unblocks another endpoint's notifications
+        // acts on that endpoint, not on its own handler nesting.
+        let a = Arc::new(Notifier::new(8));
+        let b = Arc::new(Notifier::new(8));
+        let seen_b = Arc::new(AtomicU32::new(0));
+        let sb = seen_b.clone();
+        b.set_handler(
+            1,
+            Some(Arc::new(move |_| {
+                sb.fetch_add(1, Ordering::SeqCst);
+            })),
+        );
+        let results = Arc::new(Mutex::new(vec![]));
+        let (r, b2) = (results.clone(), b.clone());
+        a.set_handler(
+            1,
+            Some(Arc::new(move |_| {
+                b2.block();
+                let depth = b2.depth();
+                b2.deliver(n(1, 5)); // queued: b is blocked
+                let queued = b2.pending().0;
+                let unblocked = b2.unblock().map_err(|e| e.code());
+                b2.deliver(n(1, 6)); // b is unblocked: its handler runs here
+                r.lock().unwrap().push((depth, queued, unblocked));
+            })),
+        );
+        a.deliver(n(1, 0));
+        assert_eq!(*results.lock().unwrap(), vec![(1, 1, Ok(1))]);
+        assert_eq!(seen_b.load(Ordering::SeqCst), 2, "b's handlers ran");
+        assert_eq!(b.depth(), 0);
     }
 }

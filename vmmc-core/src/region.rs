@@ -62,9 +62,15 @@ impl std::fmt::Debug for Region {
     }
 }
 
-fn round_up_page(len: usize) -> usize {
+/// `len` rounded up to whole pages; a length no mapping can have is an invalid argument
+/// (not an overflow).
+fn round_up_page(len: usize) -> Result<usize> {
     let p = crate::types::page_size();
-    len.div_ceil(p).max(1) * p
+    len.div_ceil(p)
+        .max(1)
+        .checked_mul(p)
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or(Error::InvalidArgument("region length too large"))
 }
 
 impl Region {
@@ -73,7 +79,7 @@ impl Region {
         if len == 0 {
             return Err(Error::InvalidArgument("region length must be positive"));
         }
-        let mapped = round_up_page(len);
+        let mapped = round_up_page(len)?;
         // SAFETY: memfd_create with a valid NUL-terminated name.
         let fd = unsafe { libc::memfd_create(c"vmmc-region".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -102,7 +108,7 @@ impl Region {
         if len == 0 {
             return Err(Error::InvalidArgument("region length must be positive"));
         }
-        let mapped = round_up_page(len);
+        let mapped = round_up_page(len)?;
         // SAFETY: anonymous private mapping, no file.
         let ptr = unsafe {
             libc::mmap(
@@ -138,7 +144,7 @@ impl Region {
 
     /// Maps `len` bytes of a shared-memory descriptor received from another process.
     pub fn map_shared_fd(fd: OwnedFd, len: usize) -> Result<Region> {
-        let mapped = round_up_page(len);
+        let mapped = round_up_page(len)?;
         let ptr = map_fd(fd.as_raw_fd(), mapped)?;
         Ok(Region {
             map: Arc::new(Mapping {
@@ -379,6 +385,16 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn impossible_lengths_are_refused_not_overflowed() {
+        for len in [usize::MAX, usize::MAX - 4095, isize::MAX as usize + 1] {
+            assert!(matches!(
+                Region::alloc_shared(len),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+    }
 
     #[test]
     fn accessors_check_bounds() {

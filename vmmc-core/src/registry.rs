@@ -127,6 +127,14 @@ impl<H> Registry<H> {
         }
     }
 
+    /// Withdraws import `request` of `importer` if it still waits; whether it did.
+    pub fn cancel(&mut self, importer: ProcId, request: u64) -> bool {
+        let before = self.pending.len();
+        self.pending
+            .retain(|x| !(x.importer == importer && x.request == request));
+        self.pending.len() != before
+    }
+
     /// Removes an export; returns its handle and the processes linked to it.
     pub fn unexport(&mut self, owner: ProcId, buf: BufId) -> Result<(H, Vec<ProcId>)> {
         let rec = self

@@ -284,6 +284,20 @@ pub trait RemoteBuffer: Send + Sync {
     /// Deliberate update: copies `data` to `offset` in the receive buffer and returns when the
     /// data has left (it is visible, or in flight on an ordered path).
     fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()>;
+    /// Posts again the notification of a deliberate update whose data landed but whose
+    /// notification met a full queue at the receiver ([`Error::WouldBlock`]): `offset` of the
+    /// last word and its `value`. The default writes that word again with a notification;
+    /// transports with a notification queue of their own post only the notification.
+    fn notify(&self, offset: usize, value: u32) -> Result<()> {
+        self.write(
+            offset,
+            &value.to_ne_bytes(),
+            WriteOpts {
+                notify: true,
+                ..Default::default()
+            },
+        )
+    }
     /// Remote read of the receive buffer (when [`Caps::remote_read`]).
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let _ = (offset, out);
@@ -312,6 +326,36 @@ pub trait RemoteBuffer: Send + Sync {
     }
 }
 
+/// A deliberate update with notification that waits (through `vmmc::wait`) while the
+/// receiver's notification queue is full ([`Error::WouldBlock`]), posting the notification
+/// again once there is room.
+pub(crate) fn write_notify_wait(r: &dyn RemoteBuffer, offset: usize, data: &[u8]) -> Result<()> {
+    let opts = WriteOpts {
+        notify: true,
+        ..Default::default()
+    };
+    match r.write(offset, data, opts) {
+        Err(Error::WouldBlock) => {}
+        other => return other,
+    }
+    static SITE: crate::wait::Site = crate::wait::Site::new("vmmc.notify-full");
+    let last = offset + data.len() - crate::WORD_SIZE;
+    let value = u32::from_ne_bytes(
+        data[data.len() - crate::WORD_SIZE..]
+            .try_into()
+            .expect("a word"),
+    );
+    // Nobody rings when the receiver makes room: naps past the spin.
+    let nap = crate::wait::Nap::new();
+    let mut w = crate::wait::Wait::on(&SITE, &nap);
+    loop {
+        match r.notify(last, value) {
+            Err(Error::WouldBlock) => w.idle(),
+            other => return other,
+        }
+    }
+}
+
 /// A fabric under the VMMC core. Object safe: the core holds it as `Arc<dyn Transport>`.
 pub trait Transport: Send + Sync {
     /// Short name ("shm", "sim", ...).
@@ -328,12 +372,18 @@ pub trait Transport: Send + Sync {
     }
     /// Makes a receive buffer importable, through the trusted party.
     fn export(&self, spec: ExportSpec<'_>) -> Result<()>;
-    /// Breaks every link to `buf`, waits for data in flight, and unregisters it.
+    /// Breaks every link to `buf`, waits for data in flight, and unregisters it. The buffer
+    /// is gone even when this returns an error (the core forgets it either way).
     fn unexport(&self, buf: BufId) -> Result<()>;
     /// Starts an import; returns a request handle to poll.
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64>;
     /// Polls an import request; with `wait`, blocks until it is ready or fails.
     fn import_poll(&self, request: u64, wait: bool) -> Result<ImportPoll>;
+    /// Forgets an import request that will not be polled to completion (dropped): nothing
+    /// of it may stay behind, neither at the trusted party nor in a late grant's resources.
+    fn import_cancel(&self, request: u64) {
+        let _ = request;
+    }
     /// Delivers arrived notifications to `sink`, waiting up to `timeout` for the first one
     /// (`None`: until one arrives or [`Transport::wake`] is called). Returns how many.
     fn progress(
@@ -345,6 +395,12 @@ pub trait Transport: Send + Sync {
     fn wake(&self);
     /// Whether a process of the job is still running.
     fn peer_alive(&self, p: ProcId) -> bool;
+    /// Whether a process of the job ended by failing (killed, crashed, or exited with an
+    /// error) rather than by leaving cleanly. `false` where the transport cannot tell.
+    fn peer_failed(&self, p: ProcId) -> bool {
+        let _ = p;
+        false
+    }
     /// Posts a redirection on an exported redirectable buffer: data arriving for
     /// `buf_offset..buf_offset+len` goes to `dest[dest_offset..]` instead.
     fn post_redir(

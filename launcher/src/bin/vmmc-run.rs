@@ -167,13 +167,14 @@ fn run_sim(args: &Args) -> Result<ExitCode, String> {
 /// running).
 enum Trusted {
     Shm(Rendezvous),
-    Tcp(#[allow(dead_code)] vmmc_tcp::server::Rendezvous),
+    Tcp(vmmc_tcp::server::Rendezvous),
 }
 
 impl Trusted {
     fn mark_dead(&self, rank: usize) {
-        if let Trusted::Shm(rv) = self {
-            rv.mark_dead(rank);
+        match self {
+            Trusted::Shm(rv) => rv.mark_dead(rank),
+            Trusted::Tcp(rv) => rv.mark_dead(rank),
         }
     }
     fn mark_ended(&self, rank: usize) {

@@ -212,3 +212,8 @@ fn c_nx_initve_nfork_load_waitall_without_the_launcher() {
     assert!(stdout.contains("spawn parent: ok"), "{report}");
     eprintln!("spawn: {:?}", t0.elapsed());
 }
+
+#[test]
+fn c_bad_input_returns_eq_codes() {
+    run_ok("bad_input", 2, &[]);
+}

@@ -191,7 +191,7 @@ impl VrpcServerBuilder {
             .name("vrpc-server".into())
             .spawn(move || {
                 vmmc::pace::install(pacer);
-                core.run(&|| stop_flag.load(Ordering::Acquire))
+                core.run(&|| stop_flag.load(Ordering::Acquire), false)
             })?;
         Ok(VrpcServer {
             stop,
@@ -201,14 +201,17 @@ impl VrpcServerBuilder {
     }
 
     /// Exports the listen buffer and serves on the calling thread until `clients` bindings
-    /// have been made and have ended; returns what was done.
+    /// have been made and have ended; returns what was done. When every other process of the
+    /// job is gone before that (clients killed before they bound), fails with `PeerLost`
+    /// instead of waiting for bindings that cannot come.
     pub fn serve(self, clients: u64) -> Result<ServerStats, Error> {
         let counters = Arc::new(Counters::default());
         let mut core = Core::new(self, counters.clone())?;
-        core.run(&|| {
+        let done = || {
             let s = counters.get();
             s.accepted >= clients && s.closed >= clients
-        })?;
+        };
+        core.run(&done, true)?;
         Ok(counters.get())
     }
 }
@@ -265,7 +268,7 @@ impl Core {
         })
     }
 
-    fn run(&mut self, stop: &dyn Fn() -> bool) -> Result<(), Error> {
+    fn run(&mut self, stop: &dyn Fn() -> bool, alone_ends: bool) -> Result<(), Error> {
         let mut idle = 0u32;
         // Clients' requests land in the queues by transfers that ring this process's bell.
         let mut wait = vmmc::wait::Wait::new(&SERVER_SITE).background();
@@ -281,6 +284,21 @@ impl Core {
             idle = idle.saturating_add(1);
             if wait.resting() || idle.is_multiple_of(LIVENESS_EVERY) {
                 self.drop_dead();
+                if alone_ends && self.links.is_empty() && self.alone() {
+                    // One last look at the slots: a binding asked for before its client left.
+                    if self.turn() {
+                        continue;
+                    }
+                    if stop() {
+                        return Ok(());
+                    }
+                    let s = self.counters.get();
+                    return Err(Error::PeerLost(format!(
+                        "every client process is gone after {} of the bindings waited for \
+                         ({s:?})",
+                        s.accepted
+                    )));
+                }
             }
             wait.idle();
         }
@@ -342,6 +360,15 @@ impl Core {
         self.counters.closed.fetch_add(1, Ordering::Release);
         // `wait_closed` may sleep.
         vmmc::wait::ring_local();
+    }
+
+    /// Whether every other process of the job is gone (no binding can come any more).
+    fn alone(&self) -> bool {
+        let me = self.ep.rank();
+        (0..self.ep.size())
+            .filter(|&r| r != me)
+            .filter_map(|r| self.ep.proc_of(r).ok())
+            .all(|p| !self.ep.peer_alive(p))
     }
 
     fn drop_dead(&mut self) {

@@ -37,8 +37,6 @@ use vmmc::{
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// The notification thread's wait for the ring (`vmmc::wait`'s policy).
 static NOTIFY_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.notify");
-/// A sender's wait for room in a full notification ring.
-static PUSH_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.notify-full");
 /// `unexport`'s wait for the transfers in progress.
 static DRAIN_SITE: vmmc::wait::Site = vmmc::wait::Site::new("shm.unexport");
 /// Chunk of a transfer into a redirectable buffer (redirection is checked between chunks,
@@ -56,6 +54,9 @@ struct Client {
     reading: bool,
     /// Set once the rendezvous closed the connection.
     broken: Option<String>,
+    /// Import requests dropped before their reply: the reply is discarded when it arrives
+    /// (its descriptors closed).
+    cancelled: std::collections::HashSet<u64>,
 }
 
 /// The shm transport of one process.
@@ -150,7 +151,7 @@ impl ShmTransport {
             }
         };
         let sock = connect_seqpacket(&path)?;
-        let ring = Ring::create()?;
+        let ring = Ring::create(env.size)?;
         let hello = Msg::Hello {
             rank: env.rank as u32,
             pid: std::process::id(),
@@ -202,6 +203,7 @@ impl ShmTransport {
                 stash: HashMap::new(),
                 reading: false,
                 broken: None,
+                cancelled: Default::default(),
             }),
             replies: Condvar::new(),
             next_req: AtomicU64::new(1),
@@ -214,6 +216,19 @@ impl ShmTransport {
             _own_rendezvous: own,
             finished: AtomicU32::new(0),
         })
+    }
+
+    /// Import requests this process still keeps anything for: outstanding, answered but not
+    /// yet polled, or dropped and waiting for their reply to discard (tests).
+    #[doc(hidden)]
+    pub fn import_requests_kept(&self) -> usize {
+        let c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            + c.stash.len()
+            + c.cancelled.len()
     }
 
     fn rank_of(&self, p: ProcId) -> Option<usize> {
@@ -284,7 +299,9 @@ impl ShmTransport {
                         Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
                         other => return Err(Error::Protocol(format!("unexpected {other:?}"))),
                     };
-                    c.stash.insert(id, (m, fds));
+                    if !c.cancelled.remove(&id) {
+                        c.stash.insert(id, (m, fds));
+                    }
                 }
                 Ok(None) => {
                     let why = "the rendezvous (launcher) is gone".to_string();
@@ -499,6 +516,29 @@ impl Transport for ShmTransport {
         }
     }
 
+    fn import_cancel(&self, request: u64) {
+        let known = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&request)
+            .is_some();
+        if !known {
+            return;
+        }
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if c.stash.remove(&request).is_some() || c.broken.is_some() {
+            return; // answered (its descriptors close here), or nobody will answer
+        }
+        // The party answers it exactly once (the grant, or an error for the withdrawal).
+        c.cancelled.insert(request);
+        let _ = sys::send_msg(
+            c.sock.as_raw_fd(),
+            &Msg::CancelImport { req: request }.encode(),
+            &[],
+        );
+    }
+
     fn progress(
         &self,
         sink: &mut dyn FnMut(Notification),
@@ -540,6 +580,11 @@ impl Transport for ShmTransport {
 
     fn peer_alive(&self, p: ProcId) -> bool {
         self.rank_of(p).is_some_and(|r| self.status.alive(r))
+    }
+
+    fn peer_failed(&self, p: ProcId) -> bool {
+        self.rank_of(p)
+            .is_some_and(|r| self.status.get(r) == shmem::state::DEAD)
     }
 
     fn post_redir(
@@ -705,30 +750,30 @@ impl RemoteShm {
     }
 
     fn notify(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let body = data.len() - WORD_SIZE;
+        let value = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
+        self.post(offset + body, value)
+    }
+
+    /// Queues a notification in this sender's lane of the owner's ring. A full lane is
+    /// back-pressure: `WouldBlock` (the data has landed; the caller may post it again), or
+    /// `PeerLost` when the owner is gone and will never make room.
+    fn post(&self, offset: usize, value: u32) -> Result<()> {
         if self.ctrl.header().has_handler.load(Ordering::Relaxed) == 0 {
             return Ok(()); // seed 000: no handler, no effect
         }
-        let body = data.len() - WORD_SIZE;
         let n = Notification {
             buf: self.buf,
-            offset: offset + body,
-            value: u32::from_ne_bytes(data[body..].try_into().expect("a word")),
+            offset,
+            value,
         };
-        let mut turns = 0u32;
-        // Nobody rings when the consumer makes room: naps past the spin.
-        let nap = vmmc::wait::Nap::new();
-        let mut wait = vmmc::wait::Wait::on(&PUSH_SITE, &nap);
-        while self.ring.push(n) == Push::Full {
-            // Back-pressure: the receiver's notification thread drains the ring continuously,
-            // so wait for it, unless it is gone.
-            turns += 1;
-            if (wait.resting() || turns.is_multiple_of(1024)) && !self.status.alive(self.owner_rank)
-            {
-                return Err(Error::PeerLost(format!("rank {}", self.owner_rank)));
+        match self.ring.push(self.my_rank, n) {
+            Push::Done => Ok(()),
+            Push::Full if !self.status.alive(self.owner_rank) => {
+                Err(Error::PeerLost(format!("rank {}", self.owner_rank)))
             }
-            wait.idle();
+            Push::Full => Err(Error::WouldBlock),
         }
-        Ok(())
     }
 }
 
@@ -784,6 +829,13 @@ impl RemoteBuffer for RemoteShm {
             self.notify(offset, data)?;
         }
         Ok(())
+    }
+
+    fn notify(&self, offset: usize, value: u32) -> Result<()> {
+        // The link must still be live (a notification after unexport would reach nobody's
+        // handler, or the next export's under the same id).
+        drop(self.enter()?);
+        self.post(offset, value)
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {

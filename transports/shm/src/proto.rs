@@ -27,6 +27,9 @@ pub enum Msg {
     Import { req: u64, owner: ProcId, buf: BufId },
     /// Clean exit.
     Bye,
+    /// The importer dropped import request `req`: if it still waits, the party answers it
+    /// with an error; either way exactly one reply to `req` arrives.
+    CancelImport { req: u64 },
     /// Success of `req`.
     Ok { req: u64 },
     /// Failure of `req`.
@@ -151,6 +154,9 @@ impl Msg {
             Msg::Bye => {
                 w.u8(6);
             }
+            Msg::CancelImport { req } => {
+                w.u8(10).u64(*req);
+            }
             Msg::Ok { req } => {
                 w.u8(7).u64(*req);
             }
@@ -235,6 +241,7 @@ impl Msg {
                 buf: r.u32()?,
             },
             6 => Msg::Bye,
+            10 => Msg::CancelImport { req: r.u64()? },
             7 => Msg::Ok { req: r.u64()? },
             8 => Msg::Err {
                 req: r.u64()?,
@@ -312,6 +319,7 @@ mod tests {
                 buf: 9,
             },
             Msg::Bye,
+            Msg::CancelImport { req: 10 },
             Msg::Ok { req: 11 },
             Msg::err(12, &Error::PermissionDenied(3)),
             Msg::ImportOk {

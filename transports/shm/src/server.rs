@@ -434,6 +434,12 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     Some(e) => send(&conn, &Msg::err(req, &e), &[]),
                 }
             }
+            Msg::CancelImport { req } => {
+                if s.registry.cancel(me, req) {
+                    let e = Error::InvalidArgument("import request cancelled");
+                    send(&conn, &Msg::err(req, &e), &[]);
+                }
+            }
             Msg::Bye => {
                 how = state::EXITED;
                 break;

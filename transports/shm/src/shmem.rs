@@ -154,10 +154,9 @@ impl Ctrl {
 /// Head of a notification ring.
 #[repr(C, align(64))]
 pub struct RingHeader {
-    tail: AtomicU64,
+    /// Number of lanes (one per rank of the job), written once by the owner at creation.
+    lanes: AtomicU64,
     _p1: [AtomicU64; 7],
-    head: AtomicU64,
-    _p2: [AtomicU64; 7],
     /// Futex word: 1 while the consumer sleeps.
     sleeping: AtomicU32,
     /// Bumped to interrupt the consumer.
@@ -165,6 +164,15 @@ pub struct RingHeader {
     /// The process's doorbell (see `vmmc::wait`): every transfer into one of the owner's
     /// buffers rings it, so that a thread of the owner can sleep in a data wait.
     bell: vmmc::wait::Bell,
+}
+
+/// Head of one sender's lane: producer and consumer positions on their own cache lines.
+#[repr(C, align(64))]
+struct LaneHeader {
+    tail: AtomicU64,
+    _p1: [AtomicU64; 7],
+    head: AtomicU64,
+    _p2: [AtomicU64; 7],
 }
 
 #[repr(C)]
@@ -176,14 +184,21 @@ struct Cell {
     _pad: AtomicU64,
 }
 
-/// Capacity of a notification ring (entries).
-pub const RING_CAP: usize = 4096;
+/// Capacity of one lane of a notification ring (entries).
+pub const RING_CAP: usize = 1024;
+/// Most lanes a ring may have (a ring received from a peer is checked against it).
+const MAX_LANES: u64 = 1 << 16;
 
-/// A process's notification ring: many producers (senders, in any process), one consumer
-/// (the owner). A bounded queue with a sequence number per cell (Vyukov's design), so it
-/// works in shared memory with atomics alone.
+/// A process's notification ring: one lane per sending rank, each a bounded queue with a
+/// sequence number per cell (Vyukov's design) so that it works in shared memory with atomics
+/// alone; the threads of one sender share its lane, the owner consumes every lane. A sender
+/// killed between claiming a cell and publishing it stalls only its own lane, never the
+/// other senders' notifications.
 pub struct Ring {
     map: Map,
+    lanes: usize,
+    /// The consumer's next lane to look at (round robin, so no sender starves the others).
+    next: std::sync::atomic::AtomicUsize,
 }
 
 /// Result of pushing into a ring.
@@ -196,32 +211,54 @@ pub enum Push {
 }
 
 impl Ring {
-    fn bytes() -> usize {
-        std::mem::size_of::<RingHeader>() + RING_CAP * std::mem::size_of::<Cell>()
+    fn lane_bytes() -> usize {
+        std::mem::size_of::<LaneHeader>() + RING_CAP * std::mem::size_of::<Cell>()
     }
-    /// Creates an empty ring.
-    pub fn create() -> Result<Ring> {
+    fn bytes(lanes: usize) -> usize {
+        std::mem::size_of::<RingHeader>() + lanes * Ring::lane_bytes()
+    }
+    /// Creates an empty ring with one lane per sender rank.
+    pub fn create(lanes: usize) -> Result<Ring> {
+        let lanes = lanes.max(1);
         let r = Ring {
-            map: Map::create(c"vmmc-ring", Ring::bytes())?,
+            map: Map::create(c"vmmc-ring", Ring::bytes(lanes))?,
+            lanes,
+            next: Default::default(),
         };
-        for i in 0..RING_CAP {
-            r.cell(i as u64).seq.store(i as u64, Ordering::Relaxed);
+        r.header().lanes.store(lanes as u64, Ordering::Release);
+        for l in 0..lanes {
+            for i in 0..RING_CAP {
+                r.cell(l, i as u64).seq.store(i as u64, Ordering::Relaxed);
+            }
         }
         Ok(r)
     }
     /// Maps a received ring.
     pub fn open(fd: OwnedFd) -> Result<Ring> {
         let have = sys::fd_size(&fd).map_err(|e| Error::io("fstat", e))?;
-        if have < Ring::bytes() {
+        if have < Ring::bytes(1) {
             return Err(Error::Protocol("notification ring too small".into()));
         }
+        let head = Map::new(fd, std::mem::size_of::<RingHeader>())?;
+        let lanes = head.at::<RingHeader>(0).lanes.load(Ordering::Acquire);
+        if lanes == 0 || lanes > MAX_LANES || have < Ring::bytes(lanes as usize) {
+            return Err(Error::Protocol("notification ring of a bad size".into()));
+        }
+        let fd = head.fd().try_clone().map_err(|e| Error::io("dup", e))?;
+        drop(head);
         Ok(Ring {
-            map: Map::new(fd, Ring::bytes())?,
+            map: Map::new(fd, Ring::bytes(lanes as usize))?,
+            lanes: lanes as usize,
+            next: Default::default(),
         })
     }
     /// The descriptor.
     pub fn fd(&self) -> &OwnedFd {
         self.map.fd()
+    }
+    /// Number of lanes.
+    pub fn lanes(&self) -> usize {
+        self.lanes
     }
     fn header(&self) -> &RingHeader {
         self.map.at(0)
@@ -234,18 +271,26 @@ impl Ring {
     pub fn kicks(&self) -> u32 {
         self.header().kick.load(Ordering::Acquire)
     }
-    fn cell(&self, pos: u64) -> &Cell {
-        let i = (pos as usize) & (RING_CAP - 1);
+    fn lane(&self, lane: usize) -> &LaneHeader {
+        assert!(lane < self.lanes);
         self.map
-            .at(std::mem::size_of::<RingHeader>() + i * std::mem::size_of::<Cell>())
+            .at(std::mem::size_of::<RingHeader>() + lane * Ring::lane_bytes())
+    }
+    fn cell(&self, lane: usize, pos: u64) -> &Cell {
+        let i = (pos as usize) & (RING_CAP - 1);
+        self.map.at(std::mem::size_of::<RingHeader>()
+            + lane * Ring::lane_bytes()
+            + std::mem::size_of::<LaneHeader>()
+            + i * std::mem::size_of::<Cell>())
     }
 
-    /// Producer: queues a notification and wakes the consumer if it sleeps.
-    pub fn push(&self, n: Notification) -> Push {
-        let h = self.header();
+    /// Producer `lane` (the sender's rank): queues a notification and wakes the consumer if
+    /// it sleeps.
+    pub fn push(&self, lane: usize, n: Notification) -> Push {
+        let h = self.lane(lane);
         let mut pos = h.tail.load(Ordering::Relaxed);
         loop {
-            let c = self.cell(pos);
+            let c = self.cell(lane, pos);
             let seq = c.seq.load(Ordering::Acquire);
             let dif = seq as i64 - pos as i64;
             if dif == 0 {
@@ -270,6 +315,7 @@ impl Ring {
                 pos = h.tail.load(Ordering::Relaxed);
             }
         }
+        let h = self.header();
         std::sync::atomic::fence(Ordering::SeqCst);
         if h.sleeping.load(Ordering::Relaxed) != 0 {
             h.sleeping.store(0, Ordering::Relaxed);
@@ -278,11 +324,31 @@ impl Ring {
         Push::Done
     }
 
-    /// Consumer: takes the next notification, if one is ready.
+    /// Claims a cell of `lane` and never publishes it: what a producer killed between its
+    /// claim and its publication leaves behind (tests).
+    #[doc(hidden)]
+    pub fn abandon_claim(&self, lane: usize) {
+        self.lane(lane).tail.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Consumer: takes the next notification, if one is ready, looking at the lanes in turn
+    /// (order is kept per sender, which is all the model promises).
     pub fn pop(&self) -> Option<Notification> {
-        let h = self.header();
+        let start = self.next.load(Ordering::Relaxed);
+        for k in 0..self.lanes {
+            let lane = (start + k) % self.lanes;
+            if let Some(n) = self.pop_lane(lane) {
+                self.next.store((lane + 1) % self.lanes, Ordering::Relaxed);
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn pop_lane(&self, lane: usize) -> Option<Notification> {
+        let h = self.lane(lane);
         let pos = h.head.load(Ordering::Relaxed);
-        let c = self.cell(pos);
+        let c = self.cell(lane, pos);
         if c.seq.load(Ordering::Acquire) != pos + 1 {
             return None;
         }
@@ -398,31 +464,52 @@ impl Status {
 mod tests {
     use super::*;
 
+    fn note(buf: BufId, value: u32) -> Notification {
+        Notification {
+            buf,
+            offset: value as usize * 4,
+            value,
+        }
+    }
+
     #[test]
-    fn ring_is_fifo_and_bounded() {
-        let r = Ring::create().unwrap();
+    fn ring_is_fifo_per_lane_and_bounded() {
+        let r = Ring::create(2).unwrap();
         assert!(r.pop().is_none());
         for i in 0..RING_CAP as u32 {
-            assert_eq!(
-                r.push(Notification {
-                    buf: 1,
-                    offset: i as usize,
-                    value: i
-                }),
-                Push::Done
-            );
+            assert_eq!(r.push(0, note(1, i)), Push::Done);
         }
+        assert_eq!(r.push(0, note(1, 0)), Push::Full);
         assert_eq!(
-            r.push(Notification {
-                buf: 1,
-                offset: 0,
-                value: 0
-            }),
-            Push::Full
+            r.push(1, note(2, 7)),
+            Push::Done,
+            "a full lane is one sender's"
         );
-        for i in 0..RING_CAP as u32 {
-            assert_eq!(r.pop().unwrap().value, i);
+        let mut lane0 = vec![];
+        let mut lane1 = vec![];
+        while let Some(n) = r.pop() {
+            if n.buf == 1 {
+                lane0.push(n.value)
+            } else {
+                lane1.push(n.value)
+            }
         }
-        assert!(r.pop().is_none());
+        assert_eq!(lane0, (0..RING_CAP as u32).collect::<Vec<_>>());
+        assert_eq!(lane1, vec![7]);
+        let reopened = Ring::open(r.fd().try_clone().unwrap()).unwrap();
+        assert_eq!(reopened.lanes(), 2);
+    }
+
+    #[test]
+    fn a_dead_producer_does_not_wedge_the_ring() {
+        // Sender 0 was killed between claiming a cell and publishing it.
+        let r = Ring::create(3).unwrap();
+        r.abandon_claim(0);
+        let n = note(7, 9);
+        assert_eq!(r.push(1, n), Push::Done);
+        assert_eq!(r.pop(), Some(n), "another sender's notification is stuck");
+        assert_eq!(r.push(2, n), Push::Done);
+        assert_eq!(r.pop(), Some(n));
+        assert_eq!(r.pop(), None);
     }
 }

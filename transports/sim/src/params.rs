@@ -17,6 +17,13 @@ pub const PARAMS_VAR: &str = "VMMC_SIM_PARAMS";
 /// Environment variable with `section.key=value` overrides, comma-separated.
 pub const SET_VAR: &str = "VMMC_SIM_SET";
 
+/// Largest time parameter, ns (1000 s: far beyond any modelled cost, far below overflow).
+const MAX_NS: i64 = 1_000_000_000_000;
+/// Largest rate (MB/s, MHz) or scale.
+const MAX_RATE: f64 = 1e6;
+/// Largest size or count (1 GiB).
+const MAX_COUNT: i64 = 1 << 30;
+
 /// Every parameter of the model (see the parameter file for meanings and sources).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -223,6 +230,29 @@ impl Params {
 
     fn check(&self) -> Result<()> {
         let bad = |what: &str| Err(Error::Bootstrap(format!("sim parameters: {what}")));
+        // Every time, rate and size is bounded, so that the model's virtual-time arithmetic
+        // cannot overflow (a fuzzed file found `u64::MAX` ns costs panicking in the model).
+        let all = toml::Value::try_from(self)
+            .map_err(|e| Error::Bootstrap(format!("sim parameters: {e}")))?;
+        for (sec, t) in all.as_table().into_iter().flatten() {
+            for (k, v) in t.as_table().into_iter().flatten() {
+                let ok = match v {
+                    toml::Value::Integer(n) if k.ends_with("_ns") => (0..=MAX_NS).contains(n),
+                    toml::Value::Integer(n) => (0..=MAX_COUNT).contains(n),
+                    toml::Value::Float(x) if k.ends_with("_mb_s") || k == "clock_mhz" => {
+                        x.is_finite() && *x > 0.0 && *x <= MAX_RATE
+                    }
+                    toml::Value::Float(x) => x.is_finite() && *x >= 0.0 && *x <= MAX_RATE,
+                    _ => true,
+                };
+                if !ok {
+                    return Err(Error::Bootstrap(format!(
+                        "sim parameters: {sec}.{k} = {v} is out of range (times up to {MAX_NS} \
+                         ns, rates positive up to {MAX_RATE}, counts up to {MAX_COUNT})"
+                    )));
+                }
+            }
+        }
         if self.bus.page_size < 64 || !self.bus.page_size.is_power_of_two() {
             return bad("bus.page_size must be a power of two of at least 64");
         }

@@ -1143,6 +1143,16 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn peer_failed(&self, p: ProcId) -> bool {
+        match self.job.rank_of(p) {
+            Some(r) if r == self.job.rank => false,
+            Some(r) => self.sh.conns[r]
+                .as_ref()
+                .is_some_and(|c| c.state.load(Ordering::Acquire) == LOST),
+            None => false,
+        }
+    }
+
     fn post_redir(
         &self,
         buf: BufId,

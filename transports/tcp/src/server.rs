@@ -36,6 +36,8 @@ struct State {
     welcomed: bool,
     registry: Registry<Grant>,
     gone: Vec<bool>,
+    /// Why the job can no longer start (a rank died before every rank joined).
+    aborted: Option<String>,
 }
 
 struct Inner {
@@ -68,6 +70,7 @@ impl Rendezvous {
                 welcomed: false,
                 registry: Registry::default(),
                 gone: vec![false; size],
+                aborted: None,
             }),
             stop: AtomicBool::new(false),
         });
@@ -90,6 +93,14 @@ impl Rendezvous {
             })
             .map_err(|e| Error::io("spawn the rendezvous", e))?;
         Ok(Rendezvous { addr, inner })
+    }
+
+    /// The launcher saw `rank` fail. Before every rank joined, the job can no longer start:
+    /// the ranks that joined get the error instead of waiting for ever for their welcome, and
+    /// so do later ones. After the start its connection tells the others.
+    pub fn mark_dead(&self, rank: usize) {
+        let mut st = lock(&self.inner.state);
+        abort_start(&mut st, &format!("rank {rank} died before the job started"));
     }
 
     /// The address ranks connect to.
@@ -137,6 +148,10 @@ fn serve(inner: &Inner, s: TcpStream) {
         .unwrap_or_default();
     {
         let mut st = lock(&inner.state);
+        if let Some(why) = &st.aborted {
+            let _ = err(0, &Error::Bootstrap(why.clone())).send(&s);
+            return;
+        }
         if size as usize != st.size || rank >= st.size || st.joined[rank].is_some() {
             let why = format!(
                 "rank {rank} of {size} cannot join a job of {} (or joined twice)",
@@ -171,6 +186,12 @@ fn serve(inner: &Inner, s: TcpStream) {
         return;
     }
     st.gone[rank] = true;
+    if !st.welcomed {
+        // Gone before the start: nobody can be welcomed any more.
+        let why = format!("rank {rank} left before the job started");
+        abort_start(&mut st, &why);
+        return;
+    }
     if st.welcomed {
         let me = st.procs[rank];
         let (_, failed) = st.registry.proc_gone(me);
@@ -189,6 +210,18 @@ fn serve(inner: &Inner, s: TcpStream) {
         if r != rank && !st.gone[r] {
             reply(&st, r, &m);
         }
+    }
+}
+
+/// Ends a start that cannot complete: every rank that joined gets `why`.
+fn abort_start(st: &mut State, why: &str) {
+    if st.welcomed || st.aborted.is_some() {
+        return;
+    }
+    st.aborted = Some(why.to_string());
+    let m = err(0, &Error::Bootstrap(why.to_string()));
+    for r in 0..st.size {
+        reply(st, r, &m);
     }
 }
 
