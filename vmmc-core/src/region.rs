@@ -377,10 +377,25 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
             4 => std::ptr::copy_nonoverlapping(src, dst, 4),
             8 => std::ptr::copy_nonoverlapping(src, dst, 8),
             16 => std::ptr::copy_nonoverlapping(src, dst, 16),
+            n if n >= ALIGN_DST_ABOVE && (src as usize ^ dst as usize) & 63 != 0 => {
+                // The bulk of the copy goes to a cache-line-aligned destination (see
+                // `ALIGN_DST_ABOVE`).
+                let head = (dst as usize).wrapping_neg() & 63;
+                std::ptr::copy_nonoverlapping(src, dst, head);
+                std::ptr::copy_nonoverlapping(src.add(head), dst.add(head), n - head);
+            }
             n => std::ptr::copy_nonoverlapping(src, dst, n),
         }
     }
 }
+
+/// Copies from this length up start with the bytes that bring the destination to a 64-byte
+/// boundary. The C library copies large blocks with `rep movsb`, which on AMD EPYC (the CI
+/// machines') runs at a fifteenth of its speed when the destination is not 64-byte aligned
+/// and the source sits at another offset within its cache line: 2.5 against 38 GB/s for
+/// 32 KiB, measured on this machine with the C library's `memcpy`. A socket ring's reader
+/// copying into a program's buffer, and a two-copy writer, met it on every chunk.
+const ALIGN_DST_ABOVE: usize = 1024;
 
 #[cfg(test)]
 mod tests {

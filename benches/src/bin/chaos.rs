@@ -7,7 +7,7 @@
 //!   socket and job directory live there), no file of the job's processes in /dev/shm, no
 //!   process of the job.
 //!
-//! `chaos [--seeds N] [--first S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks 3|4]
+//! `chaos [--seeds N] [--first S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any] [--ranks 3|4]
 //! [--transport shm|tcp]` runs N trials from
 //! seed S and prints one line per trial and a summary; a failing trial prints the command that
 //! replays it: `chaos --seed S` (the same workload, ranks, victim and moment).
@@ -16,9 +16,14 @@
 //! - `vmmc`: a token goes round the ring of ranks by deliberate update into each rank's
 //!   exported buffer, with a notification every 16 hops; each rank waits for it with the
 //!   core's wait, checking that every peer is alive;
+//! - `vmmc-au`: the same ring through automatic-update bindings to each right neighbour
+//!   (a stream of stores, flushed every hop), with a notification every 16 hops;
 //! - `nx`: the same ring with NX `csend`/`crecv`;
+//! - `nx-global`: NX global operations in a loop (`gisum`, `gdsum`, `gsync`);
 //! - `vrpc`: rank 0 serves vecho.x (VRPC, SunRPC-compatible) to the others, which call it in a
 //!   loop;
+//! - `srpc`: SHRIMP RPC in a ring: each rank serves its left neighbour (in a thread) and calls
+//!   its right neighbour in a loop (the sweep interface's 16-byte INOUT procedure, checked);
 //! - `sockets`: the token ring over stream sockets between the ranks (`JobListener`,
 //!   `VmmcStream::connect_job`).
 //!
@@ -26,6 +31,12 @@
 //! launcher's failure is the victim's alone.
 
 #![forbid(unsafe_code)]
+
+#[allow(dead_code, clippy::all, missing_docs)]
+#[rustfmt::skip]
+mod sweep {
+    include!(concat!(env!("OUT_DIR"), "/sweep.rs"));
+}
 
 #[allow(dead_code, clippy::all)]
 #[rustfmt::skip]
@@ -44,7 +55,15 @@ const EXIT_LIMIT: Duration = Duration::from_secs(20);
 /// The latest moment of the kill after the victim process appeared.
 const MAX_DELAY_MS: u64 = 400;
 
-const WORKLOADS: &[&str] = &["vmmc", "nx", "vrpc", "sockets"];
+const WORKLOADS: &[&str] = &[
+    "vmmc",
+    "vmmc-au",
+    "nx",
+    "nx-global",
+    "vrpc",
+    "srpc",
+    "sockets",
+];
 
 fn now_ms() -> u128 {
     SystemTime::now()
@@ -98,6 +117,156 @@ fn worker_vmmc() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => lost(me, hops, &e),
+    }
+}
+
+fn worker_vmmc_au() -> ExitCode {
+    use vmmc::{AuOptions, ExportOptions, MemKind};
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let (me, n) = (ep.rank(), ep.size());
+    let mut hops = 0u64;
+    let r = (|| -> vmmc::Result<()> {
+        let buf = ep.alloc(4096, MemKind::Shared)?;
+        ep.export(1, &buf, ExportOptions::new().handler(|_| {}))?;
+        let right = ep.import(ep.proc_of((me + 1) % n)?, 1)?;
+        let au = right.bind(AuOptions {
+            combining: true,
+            notify: false,
+        })?;
+        let peers: Vec<vmmc::ProcId> = (0..n)
+            .filter(|&k| k != me)
+            .map(|k| ep.proc_of(k))
+            .collect::<vmmc::Result<_>>()?;
+        let alive = || peers.iter().try_for_each(|p| ep.check_peer(*p));
+        let mut seen = 0u32;
+        if me == 0 {
+            au.store_u32(0, 1)?;
+            au.flush()?;
+        }
+        loop {
+            seen = buf.wait_u32(0, |v| v > seen, alive)?;
+            hops += 1;
+            // A little stream of stores before the token, then the token.
+            for k in 1..16 {
+                au.store_u32(4 * k, seen)?;
+            }
+            au.store_u32(0, seen + 1)?;
+            au.flush()?;
+            if hops.is_multiple_of(16) {
+                // The same token again, by deliberate update with a notification.
+                right.send_notify_wait(0, &(seen + 1).to_ne_bytes())?;
+            }
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me, hops, &e),
+    }
+}
+
+fn worker_nx_global() -> ExitCode {
+    let nx = match vmmc_run::init()
+        .map_err(nx::NxError::from)
+        .and_then(nx::Nx::new)
+    {
+        Ok(nx) => nx,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let (me, n) = (nx.mynode(), nx.numnodes());
+    let mut rounds = 0u64;
+    let r = (|| -> nx::Result<()> {
+        loop {
+            let mut i = [me, 1];
+            nx.gisum(&mut i)?;
+            assert_eq!(i, [n * (n - 1) / 2, n], "gisum");
+            let mut d = [me as f64];
+            nx.gdsum(&mut d)?;
+            nx.gsync()?;
+            rounds += 1;
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me as usize, rounds, &e),
+    }
+}
+
+/// The server side of the sweep interface for the SHRIMP RPC workload: each procedure adds
+/// one to the first byte of its argument.
+struct Sweep;
+
+fn bump<const N: usize>(d: &mut srpc::InOut<'_, [u8; N]>) {
+    let v = d.get_mut();
+    v[0] = v[0].wrapping_add(1);
+}
+
+impl sweep::SweepServer for Sweep {
+    fn null(&mut self) {}
+    fn io4(&mut self, d: &mut srpc::InOut<'_, [u8; 4]>) {
+        bump(d)
+    }
+    fn io16(&mut self, d: &mut srpc::InOut<'_, [u8; 16]>) {
+        bump(d)
+    }
+    fn io64(&mut self, d: &mut srpc::InOut<'_, [u8; 64]>) {
+        bump(d)
+    }
+    fn io256(&mut self, d: &mut srpc::InOut<'_, [u8; 256]>) {
+        bump(d)
+    }
+    fn io1k(&mut self, d: &mut srpc::InOut<'_, [u8; 1024]>) {
+        bump(d)
+    }
+    fn io4k(&mut self, d: &mut srpc::InOut<'_, [u8; 4096]>) {
+        bump(d)
+    }
+    fn io16k(&mut self, d: &mut srpc::InOut<'_, [u8; 16384]>) {
+        bump(d)
+    }
+    fn io64k(&mut self, d: &mut srpc::InOut<'_, [u8; 65536]>) {
+        bump(d)
+    }
+}
+
+fn worker_srpc() -> ExitCode {
+    use srpc::{Mode, ServerBinding};
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let (me, n) = (ep.rank(), ep.size());
+    let left = (me + n - 1) % n;
+    // The server of the left neighbour's calls: a loss there ends this rank too.
+    let sep = ep.clone();
+    std::thread::spawn(move || {
+        let r = ServerBinding::accept(&sep, left, sweep::SWEEP_LAYOUT, Mode::Du)
+            .and_then(|mut b| b.serve(|call| sweep::sweep_dispatch(&mut Sweep, call)));
+        let e: Box<dyn std::fmt::Display> = match r {
+            Err(e) => Box::new(e),
+            Ok(_) => Box::new("the client closed its binding"),
+        };
+        lost(me, 0, &e);
+        std::process::exit(0);
+    });
+    let mut calls = 0u64;
+    let r = (|| -> Result<(), srpc::Error> {
+        let mut c = sweep::SweepClient::bind(&ep, (me + 1) % n, Mode::Du)?;
+        let mut d = [0u8; 16];
+        loop {
+            let before = d[0];
+            c.io16(&mut d)?;
+            if d[0] != before.wrapping_add(1) {
+                return Err(srpc::Error::BadArguments("a wrong result".into()));
+            }
+            calls += 1;
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me, calls, &e),
     }
 }
 
@@ -549,7 +718,7 @@ fn driver(args: &[String]) -> ExitCode {
                         *WORKLOADS
                             .iter()
                             .find(|x| **x == w)
-                            .expect("--workload vmmc|nx|vrpc|sockets|any"),
+                            .expect("--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any"),
                     ),
                 }
             }
@@ -563,7 +732,7 @@ fn driver(args: &[String]) -> ExitCode {
             }
             "-h" | "--help" => {
                 println!(
-                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|nx|vrpc|sockets|any] [--ranks N] [--transport shm|tcp]"
+                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any] [--ranks N] [--transport shm|tcp]"
                 );
                 return ExitCode::SUCCESS;
             }
@@ -645,6 +814,9 @@ fn main() -> ExitCode {
         return match args.get(1).map(String::as_str) {
             Some("vmmc") => worker_vmmc(),
             Some("nx") => worker_nx(),
+            Some("vmmc-au") => worker_vmmc_au(),
+            Some("nx-global") => worker_nx_global(),
+            Some("srpc") => worker_srpc(),
             Some("vrpc") => worker_vrpc(),
             Some("sockets") => worker_sockets(),
             other => {
