@@ -222,13 +222,25 @@ pub(crate) struct LeftFiles {
     pub(crate) pid: u32,
 }
 
-/// How far into a buffer at `base` to put the byte bound for ring position `at` (0..64), so
-/// that both sit at the same offset within a cache line (the ring's data starts on one):
-/// copies into and out of the buffer then meet the C library's fast case on AMD EPYC, where
+/// How far into a buffer at `base` the image of ring position 0 goes (0..64) so that each
+/// byte sits at its ring position's offset within a cache line (the ring's data starts on
+/// one): copies between the two then meet the C library's fast case on AMD EPYC, where
 /// `rep movsb` to a destination off a 64-byte boundary, from a source at another offset,
 /// runs at a fifteenth of its speed (see `vmmc::Region::write`).
-fn line_offset(base: *const u8, at: usize) -> usize {
-    (HEADER + at).wrapping_sub(base as usize) & 63
+fn line_offset(base: *const u8) -> usize {
+    HEADER.wrapping_sub(base as usize) & 63
+}
+
+/// Copies `src` into `dst` (of the same length), the bulk to a destination on a cache line
+/// (see `line_offset`).
+fn copy_to_line(dst: &mut [u8], src: &[u8]) {
+    let head = (dst.as_ptr() as usize).wrapping_neg() & 63;
+    if src.len() >= 1024 && head != 0 {
+        dst[..head].copy_from_slice(&src[..head]);
+        dst[head..].copy_from_slice(&src[head..]);
+    } else {
+        dst.copy_from_slice(src);
+    }
 }
 
 /// Waits up to `timeout` for `fd` to be readable (or hung up).
@@ -947,10 +959,12 @@ impl Conn {
                         add(&COUNTERS.align_fallbacks, 1);
                     }
                     // Two copies: stage, then send from the staging buffer, placed at the
-                    // destination's offset within a cache line (see `line_offset`).
+                    // source's offset within a cache line (the fast case of `line_offset`); the send
+                    // aligns its destination itself (`Region::write`).
                     tx.staging.clear();
                     tx.staging.reserve(piece.len() + 64);
-                    let skip = line_offset(tx.staging.as_ptr(), at);
+                    let skip =
+                        (piece.as_ptr() as usize).wrapping_sub(tx.staging.as_ptr() as usize) & 63;
                     tx.staging.resize(skip, 0);
                     tx.staging.extend_from_slice(piece);
                     out.write(HEADER + at, &tx.staging[skip..])
@@ -961,8 +975,8 @@ impl Conn {
                     // The store into the automatic-update image is the send; the binding
                     // propagates the stored range to the peer's ring. The image's byte for
                     // ring position `at` sits at the same offset within its cache line.
-                    let i = line_offset(tx.au_image.as_ptr(), 0) + at;
-                    tx.au_image[i..i + piece.len()].copy_from_slice(piece);
+                    let i = line_offset(tx.au_image.as_ptr()) + at;
+                    copy_to_line(&mut tx.au_image[i..i + piece.len()], piece);
                     out.write(HEADER + at, &tx.au_image[i..i + piece.len()])
                         .map_err(io::Error::other)?;
                     add(&COUNTERS.sends_au, 1);
