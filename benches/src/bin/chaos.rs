@@ -7,7 +7,7 @@
 //!   socket and job directory live there), no file of the job's processes in /dev/shm, no
 //!   process of the job.
 //!
-//! `chaos [--seeds N] [--first S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any] [--ranks 3|4]
+//! `chaos [--seeds N] [--first S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|sockets-bulk|any] [--ranks 3|4]
 //! [--transport shm|tcp]` runs N trials from
 //! seed S and prints one line per trial and a summary; a failing trial prints the command that
 //! replays it: `chaos --seed S` (the same workload, ranks, victim and moment).
@@ -24,6 +24,8 @@
 //!   loop;
 //! - `srpc`: SHRIMP RPC in a ring: each rank serves its left neighbour (in a thread) and calls
 //!   its right neighbour in a loop (the sweep interface's 16-byte INOUT procedure, checked);
+//! - `sockets-bulk`: each rank streams 64 KiB blocks of a known pattern to its right
+//!   neighbour and checks every byte from its left one;
 //! - `sockets`: the token ring over stream sockets between the ranks (`JobListener`,
 //!   `VmmcStream::connect_job`).
 //!
@@ -43,6 +45,7 @@ mod sweep {
 #[path = "../../../rpc/tests/vrpc_gen/vecho.rs"]
 mod vecho;
 
+use sockets::{JobListener, VmmcStream};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -63,6 +66,7 @@ const WORKLOADS: &[&str] = &[
     "vrpc",
     "srpc",
     "sockets",
+    "sockets-bulk",
 ];
 
 fn now_ms() -> u128 {
@@ -384,42 +388,51 @@ fn worker_vrpc() -> ExitCode {
 /// The sockets workload's wait for its left neighbour's connection.
 static ACCEPT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("chaos.accept");
 
+/// Connects the ring of stream sockets between the ranks: (from the left, to the right, and
+/// the listener, which the caller keeps open: dropped at once, it broke the connection whose
+/// connecting side had not yet seen the accept).
+fn socket_ring(
+    ep: &vmmc::Endpoint,
+    port: u16,
+) -> std::io::Result<(VmmcStream, VmmcStream, JobListener)> {
+    let (me, n) = (ep.rank(), ep.size());
+    let l = JobListener::bind(ep, port)?;
+    let ep2 = ep.clone();
+    let connector = std::thread::spawn(move || VmmcStream::connect_job(&ep2, (me + 1) % n, port));
+    // An accept is tied to no peer (as with TCP): the application gives up on the one it
+    // expects when that process is gone.
+    let from = ep
+        .proc_of((me + n - 1) % n)
+        .map_err(std::io::Error::other)?;
+    l.set_nonblocking(true)?;
+    let nap = vmmc::wait::Nap::new();
+    let mut wait = vmmc::wait::Wait::on(&ACCEPT_SITE, &nap);
+    let left = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                ep.check_peer(from).map_err(std::io::Error::other)?;
+                wait.idle();
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let right = connector
+        .join()
+        .map_err(|_| std::io::Error::other("connect panicked"))??;
+    Ok((left, right, l))
+}
+
 fn worker_sockets() -> ExitCode {
-    use sockets::{JobListener, VmmcStream};
     use std::io::Write;
-    const PORT: u16 = 24;
     let ep = match vmmc_run::init() {
         Ok(ep) => ep,
         Err(e) => return lost(usize::MAX, 0, &e),
     };
-    let (me, n) = (ep.rank(), ep.size());
+    let me = ep.rank();
     let mut hops = 0u64;
     let r = (|| -> std::io::Result<()> {
-        let l = JobListener::bind(&ep, PORT)?;
-        let ep2 = ep.clone();
-        let connector =
-            std::thread::spawn(move || VmmcStream::connect_job(&ep2, (me + 1) % n, PORT));
-        // An accept is tied to no peer (as with TCP): the application gives up on the one it
-        // expects when that process is gone.
-        let from = ep
-            .proc_of((me + n - 1) % n)
-            .map_err(std::io::Error::other)?;
-        l.set_nonblocking(true)?;
-        let nap = vmmc::wait::Nap::new();
-        let mut wait = vmmc::wait::Wait::on(&ACCEPT_SITE, &nap);
-        let mut left = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    ep.check_peer(from).map_err(std::io::Error::other)?;
-                    wait.idle();
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let mut right = connector
-            .join()
-            .map_err(|_| std::io::Error::other("connect panicked"))??;
+        let (mut left, mut right, _listener) = socket_ring(&ep, 24)?;
         if me == 0 {
             right.write_all(&1u64.to_ne_bytes())?;
         }
@@ -433,6 +446,57 @@ fn worker_sockets() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => lost(me, hops, &e),
+    }
+}
+
+/// The byte at `pos` of every rank's bulk stream.
+fn bulk_byte(pos: u64) -> u8 {
+    (pos ^ (pos >> 11)) as u8
+}
+
+fn worker_sockets_bulk() -> ExitCode {
+    use std::io::Write;
+    let ep = match vmmc_run::init() {
+        Ok(ep) => ep,
+        Err(e) => return lost(usize::MAX, 0, &e),
+    };
+    let me = ep.rank();
+    let mut got = 0u64;
+    let r = (|| -> std::io::Result<()> {
+        let (mut left, mut right, _listener) = socket_ring(&ep, 25)?;
+        // A writer streams 64 KiB blocks to the right; a loss there ends this rank too.
+        std::thread::spawn(move || {
+            let mut block = vec![0u8; 64 << 10];
+            let mut pos = 0u64;
+            let e = loop {
+                for b in block.iter_mut() {
+                    *b = bulk_byte(pos);
+                    pos += 1;
+                }
+                if let Err(e) = right.write_all(&block) {
+                    break e;
+                }
+            };
+            lost(me, pos, &e);
+            std::process::exit(0);
+        });
+        let mut buf = vec![0u8; 48 << 10];
+        loop {
+            let k = left.read(&mut buf)?;
+            if k == 0 {
+                return Err(std::io::Error::other("end of stream"));
+            }
+            for &b in &buf[..k] {
+                if b != bulk_byte(got) {
+                    return Err(std::io::Error::other(format!("byte {got} changed")));
+                }
+                got += 1;
+            }
+        }
+    })();
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => lost(me, got, &e),
     }
 }
 
@@ -714,12 +778,9 @@ fn driver(args: &[String]) -> ExitCode {
                 let w = val();
                 workload = match w.as_str() {
                     "any" => None,
-                    w => Some(
-                        *WORKLOADS
-                            .iter()
-                            .find(|x| **x == w)
-                            .expect("--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any"),
-                    ),
+                    w => Some(*WORKLOADS.iter().find(|x| **x == w).expect(
+                        "--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|sockets-bulk|any",
+                    )),
                 }
             }
             "--ranks" => ranks = Some(val().parse().expect("--ranks 3|4")),
@@ -732,7 +793,7 @@ fn driver(args: &[String]) -> ExitCode {
             }
             "-h" | "--help" => {
                 println!(
-                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|any] [--ranks N] [--transport shm|tcp]"
+                    "chaos [--seeds N] [--first S] [--seed S] [--workload vmmc|vmmc-au|nx|nx-global|vrpc|srpc|sockets|sockets-bulk|any] [--ranks N] [--transport shm|tcp]"
                 );
                 return ExitCode::SUCCESS;
             }
@@ -817,6 +878,7 @@ fn main() -> ExitCode {
             Some("vmmc-au") => worker_vmmc_au(),
             Some("nx-global") => worker_nx_global(),
             Some("srpc") => worker_srpc(),
+            Some("sockets-bulk") => worker_sockets_bulk(),
             Some("vrpc") => worker_vrpc(),
             Some("sockets") => worker_sockets(),
             other => {
