@@ -42,10 +42,14 @@ fn child(name: &str) -> ! {
     }
 }
 
-/// `mpirun` with what this machine needs: root is allowed, more ranks than cores.
+/// `mpirun` with what this machine needs: root is allowed, more ranks than cores, and no
+/// binding. Open MPI binds each rank of a small job to one core, which puts the transport's
+/// progress thread on its program thread's core: the suite's cases of data arriving while
+/// the program acts (a redirection posted during an arrival) could then happen only when the
+/// scheduler preempts one for the other.
 pub fn mpirun(n: usize) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe", "-n", &n.to_string()]);
+    c.args(["--oversubscribe", "--bind-to", "none", "-n", &n.to_string()]);
     // SAFETY: geteuid has no memory effects.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");
