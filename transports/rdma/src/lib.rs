@@ -681,8 +681,8 @@ impl RemoteBuffer for RemoteRdma {
         let at = self.iova + offset as u64;
         let want_bell = !(opts.notify && self.link.has_handler());
         let sleeping = {
-            let _under_way = self.link.enter()?;
-            peer.with_lane(|l| {
+            let under_way = self.link.enter()?;
+            let r = peer.with_lane(|l| {
                 let mut done = 0;
                 while done < body {
                     let k = (body - done).min(STAGING);
@@ -712,7 +712,16 @@ impl RemoteBuffer for RemoteRdma {
                     peer.bell_rkey,
                 )?;
                 Ok(l.staging.load_u32(0)? != 0)
-            })?
+            });
+            match r {
+                // The queue pair was in error already (the other end's access error moved
+                // it there): nothing of this write went, or the same bytes again do no harm.
+                Err(Error::PeerLost(_)) if !peer.lost.load(Ordering::SeqCst) => {
+                    drop(under_way);
+                    return self.write_control(Some(peer), offset, data, opts);
+                }
+                r => r?,
+            }
         };
         self.sh.writes.fetch_add(1, Ordering::Relaxed);
         self.sh.bytes_written.fetch_add(n as u64, Ordering::Relaxed);

@@ -163,7 +163,12 @@ impl Device {
         // SAFETY: the library allocates the list; freed below on every path.
         let list = unsafe { (lib.get_device_list)(&mut n) };
         if list.is_null() {
-            return Err(verbs_err("ibv_get_device_list"));
+            return Err(Error::Bootstrap(format!(
+                "no RDMA device: ibv_get_device_list of {} failed ({}; no kernel RDMA \
+                 support?)",
+                lib.path,
+                std::io::Error::last_os_error()
+            )));
         }
         let mut found = None;
         let mut names = Vec::new();

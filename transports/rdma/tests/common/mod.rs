@@ -3,11 +3,20 @@
 //! here as `vmmc-run` hosts it).
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vmmc::bootstrap::vars;
+use vmmc::bootstrap::{vars, BootEnv};
+use vmmc::conformance::{scenario, Scenario};
+use vmmc_rdma::RdmaTransport;
 use vmmc_tcp::server::Rendezvous;
+
+/// Names the conformance scenario a re-executed test binary runs as one rank.
+pub const CONFORMANCE_CASE: &str = "VMMC_CONFORMANCE_CASE";
+const JOB_LIMIT: Duration = Duration::from_secs(120);
 
 /// The stand-in verbs provider, built by cargo as a dependency of these tests (next to the
 /// test binary, in `deps/`).
@@ -77,12 +86,14 @@ pub fn spawn(
     procs: usize,
     verbs: &Verbs,
     rv: &Rendezvous,
+    args: &[&str],
 ) -> Result<Vec<Child>, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut kids = Vec::new();
     for rank in 0..procs {
         let mut c = Command::new(&exe);
-        c.env(var, case)
+        c.args(args)
+            .env(var, case)
             .env(vars::TRANSPORT, "rdma")
             .env(vars::RANK, rank.to_string())
             .env(vars::SIZE, procs.to_string())
@@ -118,4 +129,92 @@ pub fn reap(kids: &mut [Child], limit: Duration) -> Result<Vec<ExitStatus>, Stri
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(status.into_iter().map(|s| s.expect("reaped")).collect())
+}
+
+fn exit_with(r: Result<(), String>) -> ! {
+    match r {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            let rank = std::env::var(vars::RANK).unwrap_or_default();
+            eprintln!("rank {rank}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// One rank of a conformance scenario.
+pub fn conformance_child(name: &str) -> ! {
+    let Some(s) = scenario(name) else {
+        eprintln!("no scenario {name}");
+        std::process::exit(3);
+    };
+    exit_with(
+        BootEnv::from_env()
+            .and_then(|env| RdmaTransport::connect(&env))
+            .map_err(|e| format!("bootstrap: {e}"))
+            .and_then(|t| {
+                let ep = vmmc::Endpoint::new(Arc::new(t)).map_err(|e| format!("endpoint: {e}"))?;
+                let r = (s.run)(&ep);
+                drop(ep);
+                r
+            }),
+    )
+}
+
+/// One rank of a case of `cases.rs`.
+pub fn case_child(name: &str) -> ! {
+    let Some(c) = cases::CASES.iter().find(|c| c.name == name) else {
+        eprintln!("no case {name}");
+        std::process::exit(3);
+    };
+    exit_with(
+        BootEnv::from_env()
+            .and_then(|env| RdmaTransport::connect(&env))
+            .map_err(|e| format!("bootstrap: {e}"))
+            .and_then(|t| {
+                let t = Arc::new(t);
+                let ep = vmmc::Endpoint::new(t.clone()).map_err(|e| format!("endpoint: {e}"))?;
+                let r = (c.run)(&ep, &t);
+                drop(ep);
+                r
+            }),
+    )
+}
+
+/// Checks the ranks' exits: `dies` must have been killed, the others must succeed.
+fn verdict(status: Vec<ExitStatus>, dies: Option<usize>) -> Result<(), String> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut errs = Vec::new();
+    for (r, st) in status.into_iter().enumerate() {
+        if Some(r) == dies {
+            if st.signal() != Some(libc::SIGKILL) {
+                errs.push(format!("rank {r} should have died by SIGKILL: {st}"));
+            }
+        } else if !st.success() {
+            errs.push(format!("rank {r}: {st}"));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs.join("; "))
+    }
+}
+
+/// Runs a conformance scenario as a job of real processes (this binary with `args`).
+pub fn run_conformance_job(s: &Scenario, verbs: &Verbs, args: &[&str]) -> Result<(), String> {
+    let rv = Rendezvous::start("127.0.0.1:0", s.procs).map_err(|e| e.to_string())?;
+    let mut kids = spawn(CONFORMANCE_CASE, s.name, s.procs, verbs, &rv, args)?;
+    let status = reap(&mut kids, JOB_LIMIT)?;
+    drop(rv);
+    verdict(status, s.dies)
+}
+
+/// Runs a case of `cases.rs` as a job of real processes (this binary with `args`).
+pub fn run_case_job(c: &cases::Case, verbs: &Verbs, args: &[&str]) -> Result<(), String> {
+    let rv = Rendezvous::start("127.0.0.1:0", c.procs).map_err(|e| e.to_string())?;
+    let mut kids = spawn(cases::CASE, c.name, c.procs, verbs, &rv, args)?;
+    let status = reap(&mut kids, Duration::from_secs(60))?;
+    drop(rv);
+    verdict(status, c.dies)
 }
