@@ -19,6 +19,9 @@
 //! then waits for the operations under way at the key (an HCA completes those before
 //! `ibv_dereg_mr` returns), so that nothing is written after it returns.
 //!
+//! Files of processes that died without closing their device are removed when a device is
+//! next opened in the same directory.
+//!
 //! Not modelled: send/receive, atomics, memory windows, completion channels, unsignaled
 //! completion batching beyond counting, timing.
 #![allow(clippy::missing_safety_doc)]
@@ -252,8 +255,37 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_c
     dev.cast::<c_char>()
 }
 
+/// Removes the files of processes that died without closing their device (their owner's
+/// pid, in the file's first word, no longer exists): a crashed process cannot clean up.
+fn sweep() {
+    let d = dir();
+    let Ok(entries) = std::fs::read_dir(&d) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("vmmc-rdma-standin-") {
+            continue;
+        }
+        let path = e.path();
+        let Ok(bytes) = std::fs::read(&path).map(|b| b.get(..4).map(|w| w.to_vec())) else {
+            continue;
+        };
+        let Some(w) = bytes else { continue };
+        let pid = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as i32;
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(_dev: *mut ibv_device) -> *mut ibv_context {
+    sweep();
     let (id, table) = loop {
         let id = random_u32() | 1;
         if let Some(t) = Shm::map(&table_path(id), std::mem::size_of::<Table>(), true) {
