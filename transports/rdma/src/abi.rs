@@ -44,6 +44,14 @@ pub struct ibv_context {
     pub _rest: [u64; 6],
 }
 
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
 /// `struct ibv_pd`.
 #[repr(C)]
 pub struct ibv_pd {
@@ -272,6 +280,11 @@ pub type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> 
 pub type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
 pub type DestroyQp = unsafe extern "C" fn(*mut ibv_qp) -> c_int;
 pub type QueryPort = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int;
+pub type CreateCompChannel = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel;
+pub type DestroyCompChannel = unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int;
+pub type GetCqEvent =
+    unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
+pub type AckCqEvents = unsafe extern "C" fn(*mut ibv_cq, u32);
 pub type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut [u8; 16]) -> c_int;
 
 // enum ibv_qp_type
@@ -318,9 +331,11 @@ pub const IBV_WC_REM_INV_REQ_ERR: u32 = 9;
 pub const IBV_WC_REM_ACCESS_ERR: u32 = 10;
 pub const IBV_WC_REM_OP_ERR: u32 = 11;
 pub const IBV_WC_RETRY_EXC_ERR: u32 = 12;
+pub const IBV_WC_RNR_RETRY_EXC_ERR: u32 = 13;
 // enum ibv_wc_opcode
 pub const IBV_WC_RDMA_WRITE: u32 = 1;
 pub const IBV_WC_RDMA_READ: u32 = 2;
+pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
 // enum ibv_mtu
 pub const IBV_MTU_1024: u32 = 3;
 // link layers
@@ -338,6 +353,7 @@ pub fn status_str(s: u32) -> &'static str {
         IBV_WC_REM_ACCESS_ERR => "remote access error",
         IBV_WC_REM_OP_ERR => "remote operation error",
         IBV_WC_RETRY_EXC_ERR => "transport retry counter exceeded",
+        IBV_WC_RNR_RETRY_EXC_ERR => "RNR retry counter exceeded",
         _ => "other error",
     }
 }
@@ -403,5 +419,7 @@ mod layout {
         assert_eq!(offset_of!(ibv_port_attr, lid), 34);
         assert_eq!(offset_of!(ibv_port_attr, link_layer), 46);
         assert!(size_of::<ibv_port_attr>() >= 52);
+        assert_eq!(offset_of!(ibv_comp_channel, fd), 8);
+        assert_eq!(size_of::<ibv_comp_channel>(), 16);
     }
 }

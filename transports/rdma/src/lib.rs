@@ -16,12 +16,20 @@
 //!   placement *within* one write is not promised by the verbs specification). The send
 //!   returns with the data in the receiver's memory.
 //! - **remote read** is RDMA READ.
-//! - **notification**: after the data, a message on the pair's control connection names the
-//!   export, the offset and the value of the last word; the receiver's progress engine checks
-//!   it against its exports and turns it into the core's notification. The same message,
-//!   without the flag, wakes a receiver that sleeps: its doorbell (`vmmc::wait::bell`) is
-//!   registered for remote read, and a sender reads its sleeper count with one RDMA READ after
-//!   its data. (The WRITE_WITH_IMM is not used yet: see the README.)
+//! - **notification**: after the data, a 16-byte record (the export's slot, the last word's
+//!   offset and its value as sent) is written with RDMA WRITE_WITH_IMM into a ring the
+//!   receiver keeps for this sender, the immediate naming the export (its slot, carried in the
+//!   key). The receiver's receive thread takes the completion off its receive CQ (sleeping on
+//!   the CQ's completion channel when idle), reads the record (RC delivers in order, so the
+//!   k-th arrival from a peer is its k-th record), checks the slot against its live exports,
+//!   and queues the core's notification; the endpoint's progress takes them with the control
+//!   plane's. Each arrival consumes a posted receive, reposted once handled; when the core
+//!   lets 65,536 pile up, reposting stops and senders meet "receiver not ready" (back-pressure
+//!   by RNR). Unexport frees the slot only after the receive thread has drained its CQ.
+//!   Exports past 1023 with handlers, and offsets beyond 4 GiB, notify on the control
+//!   connection instead. A receiver that sleeps in `vmmc::wait` without a notification is
+//!   woken through the control connection: its doorbell (`vmmc::wait::bell`) is registered
+//!   for remote read, and a sender reads its sleeper count with one RDMA READ after its data.
 //! - **automatic update** is the core's emulation (combined stores sent as deliberate
 //!   updates); redirectable buffers (seed 004) take their writes on the control connection,
 //!   since their data must be placed by the receiver; a sender that switches back to RDMA
@@ -48,10 +56,13 @@ pub mod verbs;
 
 use abi::*;
 use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Condvar;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use verbs::{Device, Mr, Qp, QpAddr};
+use verbs::{Device, Mr, Qp, QpAddr, RecvCq};
 use vmmc::bootstrap::BootEnv;
 use vmmc::redirect::Redirected;
 use vmmc::{
@@ -62,9 +73,22 @@ use vmmc_tcp::{RemoteTcp, TcpTransport};
 
 /// Bit of a key: the buffer takes writes on the control connection only (redirectable).
 const VIA_CONTROL: u64 = 1 << 63;
-const GEN_SHIFT: u32 = 44;
-const GEN_MASK: u64 = (1 << 19) - 1;
+const GEN_SHIFT: u32 = 54;
+const GEN_MASK: u64 = (1 << 9) - 1;
+/// Bits of a key naming the export's notification slot (the immediate of WRITE_WITH_IMM).
+const SLOT_SHIFT: u32 = 44;
+const SLOTS: usize = 1 << 10;
+/// The slot of an export without native notifications (no handler, or no slot left).
+const NO_SLOT: u64 = SLOTS as u64 - 1;
 const IOVA_SHIFT: u32 = 32;
+/// Receives posted per queue pair for WRITE_WITH_IMM (each arrival consumes one).
+const RECV_DEPTH: u32 = 128;
+/// Bytes of one notification record (slot, offset, value, unused).
+const RECORD: usize = 16;
+/// Bytes of the notification ring each process keeps for each peer.
+const RING_BYTES: usize = RECV_DEPTH as usize * RECORD;
+/// Notifications arrived by WRITE_WITH_IMM that the core has not taken yet, at most.
+const NOTE_CAP: usize = 1 << 16;
 /// Largest single write; the core splits larger sends.
 const MAX_WRITE: usize = 1 << 30;
 /// Registered staging memory per queue pair: larger transfers go through it in pieces.
@@ -86,18 +110,33 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// One queue pair with its staging memory; used under the peer's lock.
 struct Lane {
-    qp: Qp,
+    qp: Arc<Qp>,
     staging_mr: Mr,
     staging: Region,
     next_wr: u64,
     /// The peer stopped answering on the queue pair (retries exhausted).
     lost: bool,
+    /// Notification records written to the peer's ring.
+    records: u64,
 }
 
 impl Lane {
     /// One signaled operation of `len` bytes between the staging buffer's start and the
     /// peer's `remote`, waited for.
     fn op(&mut self, rank: usize, opcode: u32, len: usize, remote: u64, rkey: u32) -> Result<()> {
+        self.op_imm(rank, opcode, len, remote, rkey, 0)
+    }
+
+    /// [`Lane::op`] with an immediate (for WRITE_WITH_IMM).
+    fn op_imm(
+        &mut self,
+        rank: usize,
+        opcode: u32,
+        len: usize,
+        remote: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<()> {
         self.next_wr += 1;
         let id = self.next_wr;
         // SAFETY: the staging buffer is registered (lkey) and outlives the operation, which
@@ -111,7 +150,7 @@ impl Lane {
                 self.staging_mr.lkey(),
                 remote,
                 rkey,
-                0,
+                imm,
             )?
         };
         let deadline = Instant::now() + COMPLETION_WAIT;
@@ -171,9 +210,14 @@ fn completion_error(rank: usize, status: u32) -> Result<()> {
 /// This process's end of its link to one peer.
 struct Peer {
     lane: Mutex<Lane>,
+    /// The same queue pair, for the receive thread's reposts.
+    qp: Arc<Qp>,
     /// Where the peer's doorbell lies, and its key.
     bell_addr: u64,
     bell_rkey: u32,
+    /// Where this process writes its notification records at the peer, and its key.
+    ring_addr: u64,
+    ring_rkey: u32,
     /// A write went on the control connection since the last fence.
     via_control: AtomicBool,
     /// The queue pair failed: writes take the control connection.
@@ -204,17 +248,96 @@ impl Peer {
 /// registrations before the device.
 struct Shared {
     peers: Vec<Option<Peer>>,
+    /// Receive completions of every queue pair (WRITE_WITH_IMM arrivals); after the peers.
+    recv_cq: RecvCq,
+    /// Queue-pair number -> rank, for receive completions.
+    qpn_rank: HashMap<u32, usize>,
+    /// By rank: notification records that arrived from it (the next is at this index, modulo
+    /// the ring; RC delivers them in order).
+    arrivals: Mutex<Vec<u64>>,
+    /// The notification rings, RING_BYTES per peer, and their registration (dropped first).
+    _rings_mr: Mr,
+    rings: Region,
+    /// Exports with native notifications, by slot.
+    slots: Mutex<Vec<Option<Slot>>>,
+    /// Notifications that arrived by WRITE_WITH_IMM, for the core's progress.
+    notes: Mutex<VecDeque<Notification>>,
+    notes_cv: Condvar,
+    /// Unexport's request that the receive thread empties the CQ, and its answer.
+    drain_asked: AtomicU64,
+    drain_done: AtomicU64,
+    /// Stops and kicks the receive thread.
+    stop: AtomicBool,
+    kick: OwnedFd,
     /// This process's exports by key: base address and length (reads of its own buffers).
     local: Mutex<HashMap<u64, (usize, usize)>>,
     writes: AtomicU64,
     bytes_written: AtomicU64,
     reads: AtomicU64,
     bell_reads: AtomicU64,
+    imm_sent: AtomicU64,
+    imm_arrived: AtomicU64,
     _bell_mr: Mr,
     dev: Arc<Device>,
 }
 
+/// An export whose notifications arrive as immediates.
+#[derive(Clone, Copy)]
+struct Slot {
+    buf: BufId,
+    len: usize,
+}
+
 impl Shared {
+    fn kick(&self) {
+        // SAFETY: eight bytes to our eventfd.
+        unsafe { libc::write(self.kick.as_raw_fd(), 1u64.to_ne_bytes().as_ptr().cast(), 8) };
+    }
+
+    /// Turns one receive completion into a notification and posts the receive again.
+    fn arrived(&self, w: &ibv_wc) {
+        let Some(&rank) = self.qpn_rank.get(&w.qp_num) else {
+            return;
+        };
+        if w.status != IBV_WC_SUCCESS || w.opcode != IBV_WC_RECV_RDMA_WITH_IMM {
+            // Flushed: the queue pair is in error; writes to it take the control path.
+            return;
+        }
+        // The immediate names the export (its slot); the record the same write placed in
+        // this peer's ring says which word and its value as sent.
+        let slot = u32::from_be(w.imm_data) as usize;
+        let k = {
+            let mut a = lock(&self.arrivals);
+            let k = a[rank];
+            a[rank] += 1;
+            k
+        };
+        let at = rank * RING_BYTES + (k % u64::from(RECV_DEPTH)) as usize * RECORD;
+        let word = |i: usize| self.rings.load_u32(at + 4 * i).unwrap_or(u32::MAX);
+        let (rec_slot, offset, value) = (word(0) as usize, word(1) as usize, word(2));
+        let s = lock(&self.slots).get(slot).copied().flatten();
+        if let Some(s) = s.filter(|s| rec_slot == slot && offset + WORD_SIZE <= s.len) {
+            let mut q = lock(&self.notes);
+            while q.len() >= NOTE_CAP && !self.stop.load(Ordering::SeqCst) {
+                // Back-pressure: no receive is posted again until the core takes some.
+                q = self
+                    .notes_cv
+                    .wait_timeout(q, Duration::from_millis(10))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            self.imm_arrived.fetch_add(1, Ordering::Relaxed);
+            q.push_back(Notification {
+                buf: s.buf,
+                offset,
+                value,
+            });
+        }
+        if let Some(Some(p)) = self.peers.get(rank) {
+            let _ = p.qp.post_recv(0);
+        }
+    }
+
     fn peer(&self, rank: usize) -> Result<&Peer> {
         self.peers
             .get(rank)
@@ -246,16 +369,25 @@ pub struct RdmaStats {
     pub reads: u64,
     /// Reads of a receiver's doorbell.
     pub bell_reads: u64,
+    /// Notifications sent as WRITE_WITH_IMM.
+    pub imm_sent: u64,
+    /// Notifications that arrived as WRITE_WITH_IMM.
+    pub imm_arrived: u64,
 }
 
 /// The rdma transport of one process.
 pub struct RdmaTransport {
     /// Registrations of exported buffers, by id (dropped before `sh`).
     exports: Mutex<HashMap<BufId, (u64, Option<Mr>)>>,
-    tcp: TcpTransport,
+    tcp: Arc<TcpTransport>,
     sh: Arc<Shared>,
     generation: AtomicU64,
     finished: AtomicBool,
+    receiver: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// One thread delivers notifications at a time.
+    consumer: Mutex<()>,
+    /// `wake` was called (as opposed to the receive thread waking the control plane).
+    woken: AtomicBool,
 }
 
 fn random_u32() -> u32 {
@@ -265,8 +397,21 @@ fn random_u32() -> u32 {
     u32::from_ne_bytes(b)
 }
 
-fn encode_slot(a: &QpAddr, bell_addr: u64, bell_rkey: u32) -> [u8; SLOT] {
+/// What a rank tells a peer at start: its queue pair's address, its doorbell, and the ring
+/// the peer writes its notification records to.
+#[derive(Clone, Copy)]
+struct PeerAt {
+    qp: QpAddr,
+    bell_addr: u64,
+    bell_rkey: u32,
+    ring_addr: u64,
+    ring_rkey: u32,
+}
+
+fn encode_slot(a: &QpAddr, bell_addr: u64, bell_rkey: u32, ring: (u64, u32)) -> [u8; SLOT] {
     let mut s = [0u8; SLOT];
+    s[40..48].copy_from_slice(&ring.0.to_ne_bytes());
+    s[48..52].copy_from_slice(&ring.1.to_ne_bytes());
     s[0..4].copy_from_slice(&a.qpn.to_ne_bytes());
     s[4..8].copy_from_slice(&u32::from(a.lid).to_ne_bytes());
     s[8..12].copy_from_slice(&a.psn.to_ne_bytes());
@@ -277,20 +422,90 @@ fn encode_slot(a: &QpAddr, bell_addr: u64, bell_rkey: u32) -> [u8; SLOT] {
     s
 }
 
-fn decode_slot(s: &[u8]) -> (QpAddr, u64, u32) {
+fn decode_slot(s: &[u8]) -> PeerAt {
     let u32_at = |i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
     let mut gid = [0u8; 16];
     gid.copy_from_slice(&s[24..40]);
-    (
-        QpAddr {
+    PeerAt {
+        qp: QpAddr {
             qpn: u32_at(0),
             lid: u32_at(4) as u16,
             psn: u32_at(8),
             gid,
         },
-        u64::from_ne_bytes(s[16..24].try_into().expect("8 bytes")),
-        u32_at(12),
-    )
+        bell_addr: u64_at(16),
+        bell_rkey: u32_at(12),
+        ring_addr: u64_at(40),
+        ring_rkey: u32_at(48),
+    }
+}
+
+/// The receive thread: takes WRITE_WITH_IMM arrivals off the receive CQ, sleeping on its
+/// completion channel when there are none, and hands them to the core's progress.
+fn receiver(sh: Arc<Shared>, wake: impl Fn()) {
+    let mut wc = [ibv_wc::default(); 32];
+    while !sh.stop.load(Ordering::SeqCst) {
+        let asked = sh.drain_asked.load(Ordering::SeqCst);
+        let mut got = 0;
+        loop {
+            let n = sh.recv_cq.poll(&mut wc).unwrap_or(0);
+            for w in &wc[..n] {
+                sh.arrived(w);
+            }
+            got += n;
+            if n < wc.len() {
+                break;
+            }
+        }
+        if got > 0 {
+            wake();
+            vmmc::wait::ring_local();
+        }
+        sh.drain_done.store(asked, Ordering::SeqCst);
+        if got > 0 {
+            continue;
+        }
+        // Nothing there: arm, look once more, then sleep until an event or a kick.
+        if sh.recv_cq.arm().is_err() {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let n = sh.recv_cq.poll(&mut wc).unwrap_or(0);
+        if n > 0 {
+            for w in &wc[..n] {
+                sh.arrived(w);
+            }
+            wake();
+            vmmc::wait::ring_local();
+            continue;
+        }
+        if sh.drain_asked.load(Ordering::SeqCst) != asked {
+            continue;
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: sh.recv_cq.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sh.kick.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
+        if fds[0].revents & libc::POLLIN != 0 {
+            let _ = sh.recv_cq.take_event();
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            let mut b = [0u8; 8];
+            // SAFETY: eight bytes from our eventfd.
+            unsafe { libc::read(sh.kick.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+        }
+    }
 }
 
 impl RdmaTransport {
@@ -307,6 +522,7 @@ impl RdmaTransport {
         let bell_iova = bell as u64 & 0xfff;
         // SAFETY: the process's bell is static (it lives as long as the process).
         let bell_mr = unsafe { dev.register(bell, bell_len, bell_iova, IBV_ACCESS_REMOTE_READ) }?;
+        let recv_cq = dev.recv_cq((RECV_DEPTH as i32) * (size.max(2) as i32 - 1) + 16)?;
         let mut qps = Vec::new();
         for r in 0..size {
             if r == rank {
@@ -314,7 +530,7 @@ impl RdmaTransport {
                 continue;
             }
             let cq = dev.cq(2 * SQ_DEPTH as i32)?;
-            let qp = dev.qp(cq, SQ_DEPTH)?;
+            let qp = dev.qp(cq, SQ_DEPTH, Some(&recv_cq), RECV_DEPTH)?;
             let me = QpAddr {
                 qpn: qp.qpn(),
                 lid: dev.lid,
@@ -326,7 +542,18 @@ impl RdmaTransport {
         // The out-of-band exchange of queue-pair addresses: every rank writes its own into
         // an inbox that each peer exports through the control plane.
         let inbox = Region::alloc(SLOT * size, MemKind::Private)?;
-        let mut peers_at: Vec<Option<(QpAddr, u64, u32)>> = vec![None; size];
+        // The notification rings: RING_BYTES per peer, written by that peer.
+        let rings = Region::alloc(RING_BYTES * size.max(1), MemKind::Private)?;
+        // SAFETY: the rings live in Shared next to their registration, which drops first.
+        let rings_mr = unsafe {
+            dev.register(
+                rings.as_ptr(),
+                rings.len(),
+                rings.as_ptr() as u64,
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+            )
+        }?;
+        let mut peers_at: Vec<Option<PeerAt>> = vec![None; size];
         if size > 1 {
             tcp.export(ExportSpec {
                 buf: INBOX,
@@ -341,7 +568,11 @@ impl RdmaTransport {
                 let link = tcp
                     .import_poll_link(req, true)?
                     .ok_or_else(|| Error::Protocol("import pending after a wait".into()))?;
-                let slot = encode_slot(me, bell_iova, bell_mr.rkey());
+                let ring = (
+                    rings.as_ptr() as u64 + (r * RING_BYTES) as u64,
+                    rings_mr.rkey(),
+                );
+                let slot = encode_slot(me, bell_iova, bell_mr.rkey(), ring);
                 link.write(rank * SLOT, &slot, WriteOpts::default())?;
                 link.fence()?;
             }
@@ -367,12 +598,18 @@ impl RdmaTransport {
             tcp.unexport(INBOX)?;
         }
         let mut peers = Vec::new();
+        let mut qpn_rank = HashMap::new();
         for (r, q) in qps.into_iter().enumerate() {
-            let (Some((qp, me)), Some((them, bell_addr, bell_rkey))) = (q, peers_at[r]) else {
+            let (Some((qp, me)), Some(at)) = (q, peers_at[r]) else {
                 peers.push(None);
                 continue;
             };
-            qp.connect(&dev, &me, &them)?;
+            qp.connect(&dev, &me, &at.qp)?;
+            for _ in 0..RECV_DEPTH {
+                qp.post_recv(0)?;
+            }
+            qpn_rank.insert(qp.qpn(), r);
+            let qp = Arc::new(qp);
             let staging = Region::alloc(STAGING, MemKind::Private)?;
             // SAFETY: the staging region lives in the lane next to its registration, which
             // drops first (field order).
@@ -385,15 +622,19 @@ impl RdmaTransport {
                 )
             }?;
             peers.push(Some(Peer {
+                qp: qp.clone(),
                 lane: Mutex::new(Lane {
                     qp,
                     staging_mr,
                     staging,
                     next_wr: 0,
                     lost: false,
+                    records: 0,
                 }),
-                bell_addr,
-                bell_rkey,
+                bell_addr: at.bell_addr,
+                bell_rkey: at.bell_rkey,
+                ring_addr: at.ring_addr,
+                ring_rkey: at.ring_rkey,
                 via_control: AtomicBool::new(false),
                 broken: AtomicBool::new(false),
                 lost: AtomicBool::new(false),
@@ -402,22 +643,89 @@ impl RdmaTransport {
         // From now on unexport waits until every peer has seen the revocation and finished
         // its writes through the old links (see the crate docs).
         tcp.set_revoke_waits(true);
+        // SAFETY: eventfd has no memory effects; the descriptor is ours.
+        let kick = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if kick < 0 {
+            return Err(Error::io("eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh descriptor, owned from here.
+        let kick = unsafe { OwnedFd::from_raw_fd(kick) };
+        let sh = Arc::new(Shared {
+            peers,
+            recv_cq,
+            qpn_rank,
+            arrivals: Mutex::new(vec![0; size]),
+            rings,
+            _rings_mr: rings_mr,
+            slots: Mutex::new(vec![None; SLOTS - 1]),
+            notes: Mutex::new(VecDeque::new()),
+            notes_cv: Condvar::new(),
+            drain_asked: AtomicU64::new(0),
+            drain_done: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            kick,
+            local: Mutex::new(HashMap::new()),
+            writes: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            bell_reads: AtomicU64::new(0),
+            imm_sent: AtomicU64::new(0),
+            imm_arrived: AtomicU64::new(0),
+            _bell_mr: bell_mr,
+            dev,
+        });
+        let tcp = Arc::new(tcp);
+        let weak = Arc::downgrade(&tcp);
+        let s = sh.clone();
+        let thread = std::thread::Builder::new()
+            .name("vmmc-rdma-recv".into())
+            .spawn(move || {
+                receiver(s, move || {
+                    if let Some(t) = weak.upgrade() {
+                        t.wake()
+                    }
+                })
+            })
+            .map_err(|e| Error::io("spawn the receive thread", e))?;
         Ok(RdmaTransport {
             exports: Mutex::new(HashMap::new()),
             tcp,
-            sh: Arc::new(Shared {
-                peers,
-                local: Mutex::new(HashMap::new()),
-                writes: AtomicU64::new(0),
-                bytes_written: AtomicU64::new(0),
-                reads: AtomicU64::new(0),
-                bell_reads: AtomicU64::new(0),
-                _bell_mr: bell_mr,
-                dev,
-            }),
+            sh,
             generation: AtomicU64::new(1),
             finished: AtomicBool::new(false),
+            receiver: Mutex::new(Some(thread)),
+            consumer: Mutex::new(()),
+            woken: AtomicBool::new(false),
         })
+    }
+
+    /// Frees an export's notification slot once the receive thread has taken every arrival
+    /// that is in the CQ now (the importers' writes are complete: unexport waited for them).
+    fn free_slot(&self, key: u64) {
+        let slot = ((key >> SLOT_SHIFT) & NO_SLOT) as usize;
+        if slot as u64 == NO_SLOT {
+            return;
+        }
+        let want = self.sh.drain_asked.fetch_add(1, Ordering::SeqCst) + 1;
+        self.sh.kick();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.sh.drain_done.load(Ordering::SeqCst) < want && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        if let Some(s) = lock(&self.sh.slots).get_mut(slot) {
+            *s = None;
+        }
+    }
+
+    /// Delivers the notifications that arrived by WRITE_WITH_IMM.
+    fn drain_notes(&self, sink: &mut dyn FnMut(Notification)) -> usize {
+        let batch = std::mem::take(&mut *lock(&self.sh.notes));
+        self.sh.notes_cv.notify_all();
+        let n = batch.len();
+        for x in batch {
+            sink(x);
+        }
+        n
     }
 
     /// This process's RDMA traffic so far.
@@ -428,6 +736,8 @@ impl RdmaTransport {
             bytes_written: g(&self.sh.bytes_written),
             reads: g(&self.sh.reads),
             bell_reads: g(&self.sh.bell_reads),
+            imm_sent: g(&self.sh.imm_sent),
+            imm_arrived: g(&self.sh.imm_arrived),
         }
     }
 
@@ -503,7 +813,10 @@ impl Transport for RdmaTransport {
         let base = spec.region.as_ptr();
         let len = spec.region.len();
         let (key, mr) = if spec.redirectable {
-            (VIA_CONTROL | (generation << GEN_SHIFT), None)
+            (
+                VIA_CONTROL | (generation << GEN_SHIFT) | (NO_SLOT << SLOT_SHIFT),
+                None,
+            )
         } else {
             let iova = base as u64 & 0xfff;
             // SAFETY: the core keeps the region alive while it is exported; the registration
@@ -516,12 +829,29 @@ impl Transport for RdmaTransport {
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
                 )
             }?;
-            let key = (generation << GEN_SHIFT) | (iova << IOVA_SHIFT) | u64::from(mr.rkey());
+            // A slot for native notifications (WRITE_WITH_IMM), when there is a handler.
+            let slot = if spec.has_handler {
+                let mut t = lock(&self.sh.slots);
+                match t.iter().position(|x| x.is_none()) {
+                    Some(i) => {
+                        t[i] = Some(Slot { buf: spec.buf, len });
+                        i as u64
+                    }
+                    None => NO_SLOT,
+                }
+            } else {
+                NO_SLOT
+            };
+            let key = (generation << GEN_SHIFT)
+                | (slot << SLOT_SHIFT)
+                | (iova << IOVA_SHIFT)
+                | u64::from(mr.rkey());
             (key, Some(mr))
         };
         lock(&self.sh.local).insert(key, (base as usize, len));
         if let Err(e) = self.tcp.export_keyed(spec, key) {
             lock(&self.sh.local).remove(&key);
+            self.free_slot(key);
             return Err(e);
         }
         lock(&self.exports).insert(buf, (key, mr));
@@ -534,6 +864,7 @@ impl Transport for RdmaTransport {
         let r = self.tcp.unexport(buf);
         if let Some((key, mr)) = lock(&self.exports).remove(&buf) {
             lock(&self.sh.local).remove(&key);
+            self.free_slot(key);
             drop(mr);
         }
         r
@@ -552,6 +883,7 @@ impl Transport for RdmaTransport {
                     rank: link.owner(),
                     iova: (key >> IOVA_SHIFT) & 0xfff,
                     rkey: key as u32,
+                    slot: (key >> SLOT_SHIFT) & NO_SLOT,
                     via_control: key & VIA_CONTROL != 0 || link.is_local(),
                     link,
                     sh: self.sh.clone(),
@@ -569,10 +901,35 @@ impl Transport for RdmaTransport {
         sink: &mut dyn FnMut(Notification),
         timeout: Option<Duration>,
     ) -> Result<usize> {
-        self.tcp.progress(sink, timeout)
+        let Ok(_one) = self.consumer.try_lock() else {
+            // Another thread consumes and delivers; do not spin the caller.
+            let nap = timeout.unwrap_or(Duration::from_millis(1));
+            std::thread::sleep(nap.min(Duration::from_millis(1)));
+            return Ok(0);
+        };
+        // Two sources: the control plane's and the receive thread's (which wakes the control
+        // plane's wait when it queues some).
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let mut n = self.drain_notes(sink);
+            let left = if n > 0 {
+                Some(Duration::ZERO)
+            } else {
+                deadline.map(|d| d.saturating_duration_since(Instant::now()))
+            };
+            n += self.tcp.progress(sink, left)?;
+            n += self.drain_notes(sink);
+            if n > 0 || self.woken.swap(false, Ordering::SeqCst) {
+                return Ok(n);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
+            }
+        }
     }
 
     fn wake(&self) {
+        self.woken.store(true, Ordering::SeqCst);
         self.tcp.wake()
     }
 
@@ -622,7 +979,14 @@ impl Transport for RdmaTransport {
         if self.finished.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.tcp.finish()
+        let r = self.tcp.finish();
+        self.sh.stop.store(true, Ordering::SeqCst);
+        self.sh.kick();
+        self.sh.notes_cv.notify_all();
+        if let Some(t) = lock(&self.receiver).take() {
+            let _ = t.join();
+        }
+        r
     }
 }
 
@@ -639,6 +1003,8 @@ pub struct RemoteRdma {
     rank: usize,
     iova: u64,
     rkey: u32,
+    /// The export's notification slot (`NO_SLOT`: notifications on the control path).
+    slot: u64,
     via_control: bool,
 }
 
@@ -679,7 +1045,10 @@ impl RemoteBuffer for RemoteRdma {
         let n = data.len();
         let body = n - WORD_SIZE;
         let at = self.iova + offset as u64;
-        let want_bell = !(opts.notify && self.link.has_handler());
+        let notify = opts.notify && self.link.has_handler();
+        // Records name offsets below 4 GiB; beyond, the control path carries the notification.
+        let native = notify && self.slot != NO_SLOT && offset + body <= u32::MAX as usize;
+        let want_bell = !notify;
         let sleeping = {
             let under_way = self.link.enter()?;
             let r = peer.with_lane(|l| {
@@ -698,6 +1067,28 @@ impl RemoteBuffer for RemoteRdma {
                     at + body as u64,
                     self.rkey,
                 )?;
+                if native {
+                    // The notification: a record (slot, offset, value) written into our ring
+                    // at the receiver with WRITE_WITH_IMM, whose immediate names the export;
+                    // the receiver's CQ gets it after the data (RC executes in order).
+                    let mut rec = [0u8; RECORD];
+                    rec[0..4].copy_from_slice(&(self.slot as u32).to_ne_bytes());
+                    rec[4..8].copy_from_slice(&((offset + body) as u32).to_ne_bytes());
+                    rec[8..12].copy_from_slice(&data[body..]);
+                    l.staging.write(0, &rec)?;
+                    let at = peer.ring_addr + (l.records % u64::from(RECV_DEPTH)) * RECORD as u64;
+                    l.op_imm(
+                        self.rank,
+                        IBV_WR_RDMA_WRITE_WITH_IMM,
+                        RECORD,
+                        at,
+                        peer.ring_rkey,
+                        self.slot as u32,
+                    )?;
+                    l.records += 1;
+                    self.sh.imm_sent.fetch_add(1, Ordering::Relaxed);
+                    return Ok(false);
+                }
                 if !want_bell {
                     return Ok(false);
                 }
@@ -726,7 +1117,9 @@ impl RemoteBuffer for RemoteRdma {
         self.sh.writes.fetch_add(1, Ordering::Relaxed);
         self.sh.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
         let value = u32::from_ne_bytes(data[body..].try_into().expect("a word"));
-        if !want_bell {
+        if native {
+            Ok(())
+        } else if !want_bell {
             self.link.placed(offset + body, value, true)
         } else if sleeping {
             // The data is visible already: a peer that left meanwhile needs no wake-up.

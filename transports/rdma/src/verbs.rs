@@ -41,6 +41,10 @@ pub struct Lib {
     destroy_qp: DestroyQp,
     query_port: QueryPort,
     query_gid: QueryGid,
+    create_comp_channel: CreateCompChannel,
+    destroy_comp_channel: DestroyCompChannel,
+    get_cq_event: GetCqEvent,
+    ack_cq_events: AckCqEvents,
 }
 
 fn verbs_err(what: &'static str) -> Error {
@@ -92,6 +96,10 @@ impl Lib {
             destroy_qp: sym!("ibv_destroy_qp"),
             query_port: sym!("ibv_query_port"),
             query_gid: sym!("ibv_query_gid"),
+            create_comp_channel: sym!("ibv_create_comp_channel"),
+            destroy_comp_channel: sym!("ibv_destroy_comp_channel"),
+            get_cq_event: sym!("ibv_get_cq_event"),
+            ack_cq_events: sym!("ibv_ack_cq_events"),
             _lib: lib,
         })
     }
@@ -276,16 +284,39 @@ impl Device {
         Ok(Cq { lib: self.lib, cq })
     }
 
-    /// An RC queue pair completing into `cq`, in RESET.
-    pub fn qp(&self, cq: Cq, depth: u32) -> Result<Qp> {
+    /// A completion queue for receives, with a completion channel to sleep on.
+    pub fn recv_cq(&self, depth: i32) -> Result<RecvCq> {
+        // SAFETY: an open context.
+        let ch = unsafe { (self.lib.create_comp_channel)(self.ctx) };
+        if ch.is_null() {
+            return Err(verbs_err("ibv_create_comp_channel"));
+        }
+        // SAFETY: an open context and our channel.
+        let cq =
+            unsafe { (self.lib.create_cq)(self.ctx, depth, std::ptr::null_mut(), ch.cast(), 0) };
+        if cq.is_null() {
+            let e = verbs_err("ibv_create_cq");
+            // SAFETY: made above, destroyed once.
+            unsafe { (self.lib.destroy_comp_channel)(ch) };
+            return Err(e);
+        }
+        Ok(RecvCq {
+            cq: Cq { lib: self.lib, cq },
+            ch,
+        })
+    }
+
+    /// An RC queue pair completing sends into `cq` and receives into `recv` (or `cq`), in
+    /// RESET.
+    pub fn qp(&self, cq: Cq, depth: u32, recv: Option<&RecvCq>, recv_depth: u32) -> Result<Qp> {
         let mut attr = ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: cq.cq,
-            recv_cq: cq.cq,
+            recv_cq: recv.map_or(cq.cq, |r| r.cq.cq),
             srq: std::ptr::null_mut(),
             cap: ibv_qp_cap {
                 max_send_wr: depth,
-                max_recv_wr: 1,
+                max_recv_wr: recv_depth.max(1),
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
@@ -359,8 +390,10 @@ unsafe impl Send for Cq {}
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        // SAFETY: created in `Device::cq`, destroyed once after its queue pair.
-        unsafe { (self.lib.destroy_cq)(self.cq) };
+        if !self.cq.is_null() {
+            // SAFETY: created in `Device::cq`, destroyed once after its queue pair.
+            unsafe { (self.lib.destroy_cq)(self.cq) };
+        }
     }
 }
 
@@ -384,8 +417,11 @@ pub struct Qp {
     _cq: Cq,
 }
 
-// SAFETY: a QP handle; posting and polling are serialised by its owner.
+// SAFETY: a QP handle; verbs are thread safe (sends and receives may be posted from
+// different threads); the send CQ is polled by one thread at a time (its owner's lock).
 unsafe impl Send for Qp {}
+// SAFETY: as above.
+unsafe impl Sync for Qp {}
 
 impl Drop for Qp {
     fn drop(&mut self) {
@@ -528,6 +564,32 @@ impl Qp {
         }
     }
 
+    /// `ibv_post_recv` of one receive without memory (a WRITE_WITH_IMM consumes it).
+    pub fn post_recv(&self, wr_id: u64) -> Result<()> {
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as in `post`; the work request is valid for the call.
+        let rc = unsafe {
+            let ctx = (*self.qp).context;
+            match (*ctx).ops.post_recv {
+                Some(f) => f(self.qp, &mut wr, &mut bad),
+                None => libc::ENOSYS,
+            }
+        };
+        match rc {
+            0 => Ok(()),
+            e => Err(Error::io(
+                "ibv_post_recv",
+                std::io::Error::from_raw_os_error(e),
+            )),
+        }
+    }
+
     /// `ibv_poll_cq`: fills `out` with completions; returns how many.
     pub fn poll(&self, out: &mut [ibv_wc]) -> Result<usize> {
         // SAFETY: as in `post`; `out` holds `out.len()` entries.
@@ -554,4 +616,85 @@ pub fn probe() -> std::result::Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?
         .devices()
         .map_err(|e| e.to_string())
+}
+
+/// A receive completion queue with its completion channel.
+pub struct RecvCq {
+    cq: Cq,
+    ch: *mut ibv_comp_channel,
+}
+
+// SAFETY: polled by one thread (the transport's receive thread); the handles are usable from
+// any thread.
+unsafe impl Send for RecvCq {}
+// SAFETY: as above.
+unsafe impl Sync for RecvCq {}
+
+impl RecvCq {
+    /// `ibv_poll_cq`.
+    pub fn poll(&self, out: &mut [ibv_wc]) -> Result<usize> {
+        // SAFETY: our CQ, whose context's ops are the provider's; `out` holds its length.
+        let n = unsafe {
+            match (*(*self.cq.cq).context).ops.poll_cq {
+                Some(f) => f(self.cq.cq, out.len() as i32, out.as_mut_ptr()),
+                None => -libc::ENOSYS,
+            }
+        };
+        if n < 0 {
+            return Err(Error::io(
+                "ibv_poll_cq",
+                std::io::Error::from_raw_os_error(-n),
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    /// `ibv_req_notify_cq`: an event on the channel for the next completion.
+    pub fn arm(&self) -> Result<()> {
+        // SAFETY: as in `poll`.
+        let rc = unsafe {
+            match (*(*self.cq.cq).context).ops.req_notify_cq {
+                Some(f) => f(self.cq.cq, 0),
+                None => libc::ENOSYS,
+            }
+        };
+        if rc != 0 {
+            return Err(Error::io(
+                "ibv_req_notify_cq",
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The channel's descriptor, readable when an event is there.
+    pub fn fd(&self) -> i32 {
+        // SAFETY: our channel, valid until drop.
+        unsafe { (*self.ch).fd }
+    }
+
+    /// Takes one event from the channel (call when `fd` is readable) and acknowledges it.
+    pub fn take_event(&self) -> Result<()> {
+        let mut cq = std::ptr::null_mut();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: our channel; the out-pointers are valid.
+        if unsafe { (self.cq.lib.get_cq_event)(self.ch, &mut cq, &mut ctx) } != 0 {
+            return Err(verbs_err("ibv_get_cq_event"));
+        }
+        // SAFETY: the CQ the event named (ours).
+        unsafe { (self.cq.lib.ack_cq_events)(cq, 1) };
+        Ok(())
+    }
+}
+
+impl Drop for RecvCq {
+    fn drop(&mut self) {
+        // SAFETY: the CQ first (it uses the channel), then the channel, each once.
+        unsafe {
+            (self.cq.lib.destroy_cq)(self.cq.cq);
+            (self.cq.lib.destroy_comp_channel)(self.ch);
+        }
+        // The CQ is destroyed: keep `Cq`'s drop from destroying it again.
+        self.cq.cq = std::ptr::null_mut();
+    }
 }

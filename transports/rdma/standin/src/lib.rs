@@ -22,8 +22,15 @@
 //! Files of processes that died without closing their device are removed when a device is
 //! next opened in the same directory.
 //!
-//! Not modelled: send/receive, atomics, memory windows, completion channels, unsignaled
-//! completion batching beyond counting, timing.
+//! RDMA WRITE_WITH_IMM consumes a receive the responder posted (none: the requester retries,
+//! as `rnr_retry = 7` does, for up to a minute) and leaves the immediate in the responder
+//! queue pair's ring in shared memory; the responder's `ibv_poll_cq` on its receive CQ turns
+//! it into an `IBV_WC_RECV_RDMA_WITH_IMM` completion. A receive CQ armed with
+//! `ibv_req_notify_cq` gets an event on its completion channel, a FIFO in the fabric
+//! directory that the requester writes a byte to (`ibv_get_cq_event` reads it).
+//!
+//! Not modelled: send/receive with data, atomics, memory windows, shared receive queues,
+//! unsignaled completion batching beyond counting, timing.
 #![allow(clippy::missing_safety_doc)]
 
 #[path = "../../src/abi.rs"]
@@ -42,6 +49,11 @@ use std::time::{Duration, Instant};
 pub const DIR_VAR: &str = "VMMC_RDMA_STANDIN_DIR";
 /// Registrations per context.
 const SLOTS: usize = 1024;
+/// Arrived immediates a queue pair holds until its owner polls them.
+const RING: usize = 1024;
+const IBV_WC_RNR_RETRY_EXC_ERR: u32 = 13;
+const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
+const IBV_WC_WITH_IMM: u32 = 2;
 const FREE: u32 = 0;
 const VALID: u32 = 1;
 const INVALID: u32 = 2;
@@ -155,6 +167,16 @@ struct QpShared {
     state: AtomicU32,
     dest_qpn: AtomicU32,
     access: AtomicU32,
+    /// Receive work requests posted and not consumed yet (credits for WRITE_WITH_IMM).
+    recv_posted: AtomicU32,
+    /// Its receive CQ asks for an event on the next completion (`ibv_req_notify_cq`).
+    armed: AtomicU32,
+    /// Completion channel of its receive CQ (0: none); the channel's FIFO is named by it.
+    chan: AtomicU32,
+    /// Arrived immediates, written by the requester, consumed by the owner's poll.
+    head: AtomicU32,
+    tail: AtomicU32,
+    ring: [[AtomicU32; 2]; RING],
 }
 
 #[repr(C)]
@@ -196,6 +218,26 @@ struct Mr {
 struct Cq {
     cq: ibv_cq,
     queue: Mutex<VecDeque<(ibv_wc, *const AtomicU32)>>,
+    /// Queue pairs whose receive completions come here.
+    recv_qps: Mutex<Vec<usize>>,
+    /// Its completion channel's id (0: none).
+    chan: u32,
+}
+
+/// `struct ibv_comp_channel` and its FIFO in the fabric directory, which requesters write a
+/// byte to when they complete a receive on an armed CQ.
+#[repr(C)]
+struct Chan {
+    context: *mut ibv_context,
+    fd: c_int,
+    refcnt: c_int,
+    id: u32,
+    path: String,
+    cq: std::sync::atomic::AtomicPtr<ibv_cq>,
+}
+
+fn chan_path(ctx_id: u32, id: u32) -> String {
+    format!("{}/vmmc-rdma-standin-ch-{ctx_id}-{id}", dir())
 }
 
 /// The responder end, mapped on first use.
@@ -210,6 +252,8 @@ struct Qp {
     qp: ibv_qp,
     shared: Shm,
     max_send_wr: u32,
+    max_recv_wr: u32,
+    recv_wrs: Mutex<VecDeque<u64>>,
     sig_all: bool,
     outstanding: AtomicU32,
     remote: Mutex<Option<Remote>>,
@@ -268,6 +312,17 @@ fn sweep() {
             continue;
         }
         let path = e.path();
+        if let Some(rest) = name.strip_prefix("vmmc-rdma-standin-ch-") {
+            // A channel's FIFO lives as long as its context's table.
+            let ctx = rest.split('-').next().unwrap_or("");
+            if !std::path::Path::new(&format!("{d}/vmmc-rdma-standin-mr-{ctx}")).exists() {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let Ok(bytes) = std::fs::read(&path).map(|b| b.get(..4).map(|w| w.to_vec())) else {
             continue;
         };
@@ -301,6 +356,7 @@ pub unsafe extern "C" fn ibv_open_device(_dev: *mut ibv_device) -> *mut ibv_cont
     ctx.ops.poll_cq = Some(poll_cq);
     ctx.ops.post_send = Some(post_send);
     ctx.ops.post_recv = Some(post_recv);
+    ctx.ops.req_notify_cq = Some(req_notify_cq);
     let c = Box::new(Ctx {
         ctx,
         id,
@@ -471,7 +527,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
-    _channel: *mut c_void,
+    channel: *mut c_void,
     _vector: c_int,
 ) -> *mut ibv_cq {
     if cqe <= 0 {
@@ -483,11 +539,24 @@ pub unsafe extern "C" fn ibv_create_cq(
     cq.context = ctx;
     cq.cq_context = cq_context;
     cq.cqe = cqe;
-    Box::into_raw(Box::new(Cq {
+    cq.channel = channel;
+    let chan = if channel.is_null() {
+        0
+    } else {
+        // SAFETY: a channel of ours.
+        unsafe { (*channel.cast::<Chan>()).id }
+    };
+    let c = Box::into_raw(Box::new(Cq {
         cq,
         queue: Mutex::new(VecDeque::new()),
-    }))
-    .cast()
+        recv_qps: Mutex::new(Vec::new()),
+        chan,
+    }));
+    if !channel.is_null() {
+        // SAFETY: a channel of ours; it serves this CQ.
+        unsafe { (*channel.cast::<Chan>()).cq.store(c.cast(), SeqCst) };
+    }
+    c.cast()
 }
 
 #[no_mangle]
@@ -533,6 +602,8 @@ pub unsafe extern "C" fn ibv_create_qp(
         qp,
         shared,
         max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr.min(RING as u32),
+        recv_wrs: Mutex::new(VecDeque::new()),
         sig_all: a.sq_sig_all != 0,
         outstanding: AtomicU32::new(0),
         remote: Mutex::new(None),
@@ -544,7 +615,18 @@ pub unsafe extern "C" fn ibv_create_qp(
     sh.state.store(IBV_QPS_RESET, SeqCst);
     // SAFETY: the attributes' cap is ours to report back.
     unsafe { (*attr).cap.max_inline_data = 0 };
-    Box::into_raw(q).cast()
+    let q = Box::into_raw(q);
+    if !a.recv_cq.is_null() {
+        // SAFETY: a CQ of ours, which outlives the QP.
+        let rc = unsafe { &*a.recv_cq.cast::<Cq>() };
+        // SAFETY: just made.
+        unsafe { (*q).sh().chan.store(rc.chan, SeqCst) };
+        rc.recv_qps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(q as usize);
+    }
+    q.cast()
 }
 
 #[no_mangle]
@@ -559,6 +641,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .retain(|(_, c)| *c != mine);
+    if !q.qp.recv_cq.is_null() {
+        // SAFETY: its receive CQ is ours and outlives it.
+        let rc = unsafe { &*q.qp.recv_cq.cast::<Cq>() };
+        let me = &*q as *const Qp as usize;
+        rc.recv_qps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&x| x != me);
+    }
     drop(q);
     0
 }
@@ -612,18 +703,169 @@ pub unsafe extern "C" fn ibv_modify_qp(
     0
 }
 
-/// Receives are not modelled (the transport posts none): refused.
+/// Receive work requests: only WRITE_WITH_IMM consumes them (there are no sends), so their
+/// buffers are never written.
 unsafe extern "C" fn post_recv(
-    _qp: *mut ibv_qp,
+    qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: the caller's pointer.
-    unsafe { *bad = wr };
-    libc::EOPNOTSUPP
+    // SAFETY: a QP of ours.
+    let q = unsafe { &*qp.cast::<Qp>() };
+    let mut w = wr;
+    while !w.is_null() {
+        // SAFETY: the caller's list.
+        let r = unsafe { &*w };
+        let fail = |e: c_int| {
+            // SAFETY: the caller's pointer.
+            unsafe { *bad = w };
+            e
+        };
+        if q.sh().state.load(SeqCst) == IBV_QPS_RESET || r.num_sge < 0 || r.num_sge > 1 {
+            return fail(libc::EINVAL);
+        }
+        let mut wrs = q.recv_wrs.lock().unwrap_or_else(|e| e.into_inner());
+        if wrs.len() >= q.max_recv_wr as usize {
+            return fail(libc::ENOMEM);
+        }
+        wrs.push_back(r.wr_id);
+        q.sh().recv_posted.fetch_add(1, SeqCst);
+        w = r.next;
+    }
+    0
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    // SAFETY: a CQ of ours; its QPs are alive while registered.
+    let c = unsafe { &*cq.cast::<Cq>() };
+    for &q in c.recv_qps.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        // SAFETY: as above.
+        unsafe { (*(q as *const Qp)).sh().armed.store(1, SeqCst) };
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut c_void {
+    // SAFETY: a context of ours.
+    let ctx_id = unsafe { (*ctx.cast::<Ctx>()).id };
+    let (id, path) = loop {
+        let id = random_u32() | 1;
+        let path = chan_path(ctx_id, id);
+        let Ok(c) = CString::new(path.as_str()) else {
+            return null_mut();
+        };
+        // SAFETY: a valid C string.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 {
+            break (id, path);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            return null_mut();
+        }
+    };
+    let Ok(c) = CString::new(path.as_str()) else {
+        return null_mut();
+    };
+    // Read and write: the FIFO stays open without a writer, and reads never see its end.
+    // SAFETY: a valid C string.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        // SAFETY: as above.
+        unsafe { libc::unlink(c.as_ptr()) };
+        return null_mut();
+    }
+    Box::into_raw(Box::new(Chan {
+        context: ctx,
+        fd,
+        refcnt: 0,
+        id,
+        path,
+        cq: std::sync::atomic::AtomicPtr::new(null_mut()),
+    }))
+    .cast()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut c_void) -> c_int {
+    // SAFETY: made by ibv_create_comp_channel.
+    let c = unsafe { Box::from_raw(ch.cast::<Chan>()) };
+    // SAFETY: its descriptor, closed once.
+    unsafe { libc::close(c.fd) };
+    let _ = std::fs::remove_file(&c.path);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut c_void,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: a channel of ours.
+    let c = unsafe { &*ch.cast::<Chan>() };
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: one byte into `b`.
+        let n = unsafe { libc::read(c.fd, b.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            break;
+        }
+        let mut p = libc::pollfd {
+            fd: c.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, -1) };
+    }
+    let q = c.cq.load(SeqCst);
+    // SAFETY: the caller's pointers; the CQ is ours.
+    unsafe {
+        *cq = q;
+        *cq_context = if q.is_null() {
+            null_mut()
+        } else {
+            (*q).cq_context
+        };
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, _n: u32) {}
+
+/// Rings the channel of `rs`'s receive CQ if it is armed.
+fn signal(rs: &QpShared) {
+    if rs.armed.swap(0, SeqCst) == 0 {
+        return;
+    }
+    let ch = rs.chan.load(SeqCst);
+    if ch == 0 {
+        return;
+    }
+    let Ok(c) = CString::new(chan_path(rs.ctx_id.load(SeqCst), ch)) else {
+        return;
+    };
+    // SAFETY: a valid C string; one byte written to our descriptor, closed once.
+    unsafe {
+        let fd = libc::open(
+            c.as_ptr(),
+            libc::O_WRONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
 }
 
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let wc_ptr = wc;
     // SAFETY: a CQ of ours.
     let c = unsafe { &*cq.cast::<Cq>() };
     let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -640,7 +882,60 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
         }
         got += 1;
     }
+    drop(q);
+    // Then the receive completions of its queue pairs: arrived immediates, each consuming
+    // the oldest posted receive; a queue pair in error flushes its receives.
+    for &qa in c.recv_qps.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        // SAFETY: registered QPs are alive.
+        let qp = unsafe { &*(qa as *const Qp) };
+        let sh = qp.sh();
+        let mut wrs = qp.recv_wrs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = sh.head.load(SeqCst);
+        while got < n.max(0) as usize && h != sh.tail.load(SeqCst) {
+            let e = &sh.ring[h as usize % RING];
+            let wc = ibv_wc {
+                wr_id: wrs.pop_front().unwrap_or(0),
+                status: IBV_WC_SUCCESS,
+                opcode: IBV_WC_RECV_RDMA_WITH_IMM,
+                byte_len: e[1].load(SeqCst),
+                imm_data: e[0].load(SeqCst),
+                qp_num: qp.qp.qp_num,
+                wc_flags: IBV_WC_WITH_IMM,
+                ..Default::default()
+            };
+            // SAFETY: the caller's array of `n` entries.
+            unsafe { *wc_out(wc_ptr, got) = wc };
+            got += 1;
+            h = h.wrapping_add(1);
+        }
+        sh.head.store(h, SeqCst);
+        if sh.state.load(SeqCst) == IBV_QPS_ERR && h == sh.tail.load(SeqCst) {
+            while got < n.max(0) as usize {
+                let Some(id) = wrs.pop_front() else { break };
+                sh.recv_posted.fetch_sub(1, SeqCst);
+                let wc = ibv_wc {
+                    wr_id: id,
+                    status: IBV_WC_WR_FLUSH_ERR,
+                    opcode: 128, // IBV_WC_RECV
+                    qp_num: qp.qp.qp_num,
+                    ..Default::default()
+                };
+                // SAFETY: as above.
+                unsafe { *wc_out(wc_ptr, got) = wc };
+                got += 1;
+            }
+        }
+    }
     got as c_int
+}
+
+/// The `i`th entry of the caller's completion array.
+///
+/// # Safety
+/// `i` is below the array's length.
+unsafe fn wc_out(wc: *mut ibv_wc, i: usize) -> *mut ibv_wc {
+    // SAFETY: the caller's contract.
+    unsafe { wc.add(i) }
 }
 
 /// Outcome of one operation.
@@ -648,7 +943,7 @@ fn execute(q: &Qp, wr: &ibv_send_wr) -> u32 {
     // SAFETY: the QP's context is ours.
     let ctx = unsafe { &*(q.qp.context.cast::<Ctx>()) };
     let (write, needs_remote, needs_local) = match wr.opcode {
-        IBV_WR_RDMA_WRITE => (true, IBV_ACCESS_REMOTE_WRITE, 0),
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => (true, IBV_ACCESS_REMOTE_WRITE, 0),
         IBV_WR_RDMA_READ => (false, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_LOCAL_WRITE),
         _ => return IBV_WC_LOC_QP_OP_ERR,
     };
@@ -747,8 +1042,49 @@ fn execute(q: &Qp, wr: &ibv_send_wr) -> u32 {
         if !ok {
             return IBV_WC_REM_ACCESS_ERR;
         }
+        let imm = wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+        if imm {
+            // A receive must be posted (and room to record it): else the responder answers
+            // "receiver not ready" and the requester retries, as rnr_retry = 7 does, for as
+            // long as the responder lives (bounded here).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let room = rs.tail.load(SeqCst).wrapping_sub(rs.head.load(SeqCst)) < RING as u32;
+                let c = rs.recv_posted.load(SeqCst);
+                if room
+                    && c > 0
+                    && rs
+                        .recv_posted
+                        .compare_exchange(c, c - 1, SeqCst, SeqCst)
+                        .is_ok()
+                {
+                    break;
+                }
+                // SAFETY: signal 0 only checks that the process exists.
+                if unsafe { libc::kill(rem.pid, 0) } != 0 || rs.state.load(SeqCst) == IBV_QPS_ERR {
+                    return IBV_WC_RETRY_EXC_ERR;
+                }
+                if Instant::now() > deadline {
+                    return IBV_WC_RNR_RETRY_EXC_ERR;
+                }
+                std::thread::yield_now();
+            }
+        }
+        let push = |status: u32| {
+            if imm && status == IBV_WC_SUCCESS {
+                let t = rs.tail.load(SeqCst);
+                let e = &rs.ring[t as usize % RING];
+                e[0].store(wr.imm_data, SeqCst);
+                e[1].store(len as u32, SeqCst);
+                rs.tail.store(t.wrapping_add(1), SeqCst);
+                signal(rs);
+            } else if imm {
+                rs.recv_posted.fetch_add(1, SeqCst);
+            }
+            status
+        };
         if len == 0 {
-            return IBV_WC_SUCCESS;
+            return push(IBV_WC_SUCCESS);
         }
         let raddr = s.addr.load(SeqCst) + (wr.remote_addr - iova);
         let local = libc::iovec {
@@ -768,13 +1104,13 @@ fn execute(q: &Qp, wr: &ibv_send_wr) -> u32 {
                 libc::process_vm_readv(rem.pid, &local, 1, &remote, 1, 0)
             }
         };
-        if n == len as isize {
+        push(if n == len as isize {
             IBV_WC_SUCCESS
         } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
             IBV_WC_RETRY_EXC_ERR
         } else {
             IBV_WC_REM_ACCESS_ERR
-        }
+        })
     })();
     s.in_flight.fetch_sub(1, SeqCst);
     if status == IBV_WC_REM_ACCESS_ERR {
@@ -790,7 +1126,7 @@ unsafe extern "C" fn post_send(
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: a QP of ours.
-    let q = unsafe { &mut *qp.cast::<Qp>() };
+    let q = unsafe { &*qp.cast::<Qp>() };
     // SAFETY: its send CQ is ours.
     let cq = unsafe { &*q.qp.send_cq.cast::<Cq>() };
     let mut w = wr;
@@ -798,7 +1134,6 @@ unsafe extern "C" fn post_send(
         // SAFETY: the caller's list of work requests.
         let r = unsafe { &*w };
         let state = q.sh().state.load(SeqCst);
-        q.qp.state = state;
         let fail = |e: c_int| {
             // SAFETY: the caller's pointer.
             unsafe { *bad = w };

@@ -1,6 +1,7 @@
 //! The transport's checks of what an HCA enforces, as cases that run as jobs of real
 //! processes (on the stand-in in `tests/verbs.rs`, on a real device in `tests/device.rs`).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vmmc::conformance::Sync;
 use vmmc::{Endpoint, Error, ExportOptions, MemKind, Region};
@@ -56,6 +57,12 @@ pub const CASES: &[Case] = &[
         procs: 2,
         dies: None,
         run: data_by_rdma,
+    },
+    Case {
+        name: "notifications_by_immediate",
+        procs: 2,
+        dies: None,
+        run: notifications_by_immediate,
     },
     Case {
         name: "access_flags",
@@ -247,6 +254,66 @@ fn data_by_rdma(ep: &Endpoint, t: &RdmaTransport) -> Check {
     Ok(())
 }
 
+/// Notifications travel as WRITE_WITH_IMM (a record in the receiver's ring, the immediate
+/// naming the export): each arrives once, in order, with the value sent even when the word
+/// is overwritten at once, more of them than receives are posted; none crosses TCP.
+fn notifications_by_immediate(ep: &Endpoint, t: &RdmaTransport) -> Check {
+    const N: u32 = 300; // more than the receives posted per queue pair (128)
+    let mut sync = Sync::new(ep)?;
+    if ep.rank() == 1 {
+        let r = e(ep.alloc(4096, MemKind::Private), "alloc")?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        e(
+            ep.export(
+                12,
+                &r,
+                ExportOptions::new().handler(move |n| l.lock().expect("log").push(n)),
+            ),
+            "export",
+        )?;
+        sync.barrier()?;
+        let start = Instant::now();
+        while log.lock().expect("log").len() < N as usize {
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "notifications missing"
+            );
+            std::thread::yield_now();
+        }
+        let got: Vec<(usize, u32)> = log
+            .lock()
+            .expect("log")
+            .iter()
+            .map(|n| (n.offset, n.value))
+            .collect();
+        let want: Vec<(usize, u32)> = (0..N).map(|i| (60, i)).collect();
+        ensure!(got == want, "in order, values as sent: {got:?}");
+        let s = t.rdma_stats();
+        ensure!(s.imm_arrived == u64::from(N), "{s:?}");
+        ensure!(
+            t.control_stats().notifications == 0,
+            "none came over TCP: {:?}",
+            t.control_stats()
+        );
+        sync.barrier()?;
+    } else {
+        sync.barrier()?;
+        let p = e(ep.import(e(ep.proc_of(1), "rank")?, 12), "import")?;
+        for i in 0..N {
+            // The word is overwritten by the next send at once: the value must come from the
+            // notification, not from memory.
+            let mut m = vec![0u8; 64];
+            m[60..].copy_from_slice(&i.to_ne_bytes());
+            e(p.send_notify(0, &m), "send_notify")?;
+        }
+        let s = t.rdma_stats();
+        ensure!(s.imm_sent == u64::from(N), "{s:?}");
+        sync.barrier()?;
+    }
+    Ok(())
+}
+
 /// At the verbs level, in one process, two queue pairs connected to each other: memory
 /// registered for remote read only refuses a write (remote access error, both queue pairs
 /// then in error), reads work, and a wrong local key is a local protection error.
@@ -254,7 +321,7 @@ fn access_flags(_ep: &Endpoint, _t: &RdmaTransport) -> Check {
     let dev = e(Device::open(), "open")?;
     let mk = || -> Result<_, String> {
         let cq = e(dev.cq(16), "cq")?;
-        let qp = e(dev.qp(cq, 8), "qp")?;
+        let qp = e(dev.qp(cq, 8, None, 1), "qp")?;
         let a = QpAddr {
             qpn: qp.qpn(),
             lid: dev.lid,
