@@ -187,12 +187,14 @@ fn peer_dies(ep: &Endpoint, _t: &RdmaTransport) -> Check {
     if ep.rank() == 1 {
         let r = e(Region::alloc(4096, MemKind::Private), "alloc")?;
         e(ep.export(10, &r, ExportOptions::new()), "export")?;
-        sync.barrier()?;
+        sync.barrier()?; // exported
+        sync.barrier()?; // imported
         vmmc::conformance::die();
     }
     sync.barrier()?;
     let victim = e(ep.proc_of(1), "rank")?;
     let p = e(ep.import(victim, 10), "import")?;
+    sync.barrier()?;
     let start = Instant::now();
     let err = loop {
         if let Err(x) = p.send(0, &[7u8; 256]) {
@@ -316,7 +318,8 @@ fn notifications_by_immediate(ep: &Endpoint, t: &RdmaTransport) -> Check {
 
 /// At the verbs level, in one process, two queue pairs connected to each other: memory
 /// registered for remote read only refuses a write (remote access error, both queue pairs
-/// then in error), reads work, and a wrong local key is a local protection error.
+/// then in error), reads work, a wrong local key is a local protection error, and a full
+/// send queue is `WouldBlock`.
 fn access_flags(_ep: &Endpoint, _t: &RdmaTransport) -> Check {
     let dev = e(Device::open(), "open")?;
     let mk = || -> Result<_, String> {
@@ -446,6 +449,42 @@ fn access_flags(_ep: &Endpoint, _t: &RdmaTransport) -> Check {
         "after the error: {}",
         status_str(wc[0].status)
     );
+    // A full send queue is back-pressure: 8 operations under way on a queue pair of depth 8,
+    // the 9th is WouldBlock until completions are polled.
+    drop((qa, qb));
+    let ((qa, aa), (qb, ab)) = (mk()?, mk()?);
+    e(qa.connect(&dev, &aa, &ab), "connect a")?;
+    e(qb.connect(&dev, &ab, &aa), "connect b")?;
+    let read = |id: u64| {
+        // SAFETY: `local` is registered and outlives the operations, polled below.
+        unsafe {
+            qa.post(
+                id,
+                IBV_WR_RDMA_READ,
+                local.as_ptr(),
+                4,
+                lmr.lkey(),
+                0,
+                tmr.rkey(),
+                0,
+            )
+        }
+    };
+    for id in 10..18 {
+        e(read(id), "post within the queue's depth")?;
+    }
+    let r = read(18);
+    ensure!(
+        matches!(r, Err(Error::WouldBlock)),
+        "9th on a full queue: {r:?}"
+    );
+    let mut done = 0;
+    let mut wc8 = [ibv_wc::default(); 8];
+    while done < 8 {
+        ensure!(Instant::now() < deadline, "completions missing");
+        done += e(qa.poll(&mut wc8), "poll")?;
+    }
+    e(read(18), "post once the queue has room")?;
     drop((tmr, lmr));
     Ok(())
 }
