@@ -338,6 +338,9 @@ pub const IBV_WC_RDMA_READ: u32 = 2;
 pub const IBV_WC_RECV_RDMA_WITH_IMM: u32 = 129;
 // enum ibv_mtu
 pub const IBV_MTU_1024: u32 = 3;
+// enum ibv_port_state
+pub const IBV_PORT_ACTIVE: u32 = 4;
+pub const IBV_PORT_ACTIVE_DEFER: u32 = 5;
 // link layers
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 

@@ -237,6 +237,12 @@ impl Device {
                 std::io::Error::last_os_error()
             )));
         }
+        if pa.state != IBV_PORT_ACTIVE && pa.state != IBV_PORT_ACTIVE_DEFER {
+            return Err(Error::Bootstrap(format!(
+                "port {port} of RDMA device {} is not active (state {}; {PORT_VAR})",
+                d.name, pa.state
+            )));
+        }
         d.lid = pa.lid;
         d.roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
         d.mtu = pa.active_mtu.clamp(1, 5);
@@ -465,7 +471,8 @@ impl Qp {
             path_mtu: dev.mtu,
             dest_qp_num: peer.qpn,
             rq_psn: peer.psn,
-            max_dest_rd_atomic: 16,
+            // One RDMA READ at a time per queue pair is all the transport issues.
+            max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
             ..Default::default()
         };
@@ -494,7 +501,7 @@ impl Qp {
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
-            max_rd_atomic: 16,
+            max_rd_atomic: 1,
             ..Default::default()
         };
         self.modify(
