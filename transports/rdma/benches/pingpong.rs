@@ -98,21 +98,27 @@ fn rank_main(device: bool) -> Result<(), String> {
         for i in 0..reps {
             seq += 1;
             let last = size - 4;
+            // Every message arrives whole: checked on the first and the last round, before
+            // the reply (after it the peer may overwrite the buffer).
+            let check = |got: &mut [u8]| -> Result<(), String> {
+                if i == 0 || i == reps - 1 {
+                    mine.read(0, &mut got[..size]).map_err(|e| e.to_string())?;
+                    if got[..size].chunks_exact(4).any(|w| w != seq.to_ne_bytes()) {
+                        return Err(format!("{size} B message {seq} arrived damaged"));
+                    }
+                }
+                Ok(())
+            };
             if me == 0 {
                 stamp(&mut msg[..size], seq);
                 peer.send(0, &msg[..size]).map_err(|e| e.to_string())?;
                 wait_word(&mine, last, seq, &ep)?;
+                check(&mut got)?;
             } else {
                 wait_word(&mine, last, seq, &ep)?;
+                check(&mut got)?;
                 stamp(&mut msg[..size], seq);
                 peer.send(0, &msg[..size]).map_err(|e| e.to_string())?;
-            }
-            // Every message arrives whole: checked on the first and the last round.
-            if i == 0 || i == reps - 1 {
-                mine.read(0, &mut got[..size]).map_err(|e| e.to_string())?;
-                if got[..size].chunks_exact(4).any(|w| w != seq.to_ne_bytes()) {
-                    return Err(format!("{size} B message {seq} arrived damaged"));
-                }
             }
         }
         rows.push((
