@@ -148,11 +148,14 @@ fn rank_main(device: bool) -> Result<(), String> {
     if me == 0 {
         let gbs = (n as f64 * BIG as f64) / secs / 1e9;
         let s = t.rdma_stats();
+        let lib = vmmc_rdma::verbs::Lib::get()
+            .map(|l| l.path.clone())
+            .unwrap_or_default();
         println!(
-            "vmmc-rdma ping-pong on {} ({})",
+            "vmmc-rdma ping-pong on device {} through {lib} ({})",
             t.device_name(),
             if device {
-                "a real device"
+                "VMMC_RDMA_DEVICE"
             } else {
                 "the stand-in provider: correctness only, the figures mean nothing"
             }

@@ -72,8 +72,9 @@ impl Verbs {
                     .env("VMMC_RDMA_STANDIN_DIR", &fabric.0)
                     .env_remove("VMMC_RDMA_DEVICE");
             }
+            // The verbs library is the user's choice (libibverbs.so.1 unless VMMC_RDMA_LIB).
             Verbs::Device(d) => {
-                c.env_remove("VMMC_RDMA_LIB").env("VMMC_RDMA_DEVICE", d);
+                c.env("VMMC_RDMA_DEVICE", d);
             }
         }
     }
