@@ -318,8 +318,8 @@ fn notifications_by_immediate(ep: &Endpoint, t: &RdmaTransport) -> Check {
 
 /// At the verbs level, in one process, two queue pairs connected to each other: memory
 /// registered for remote read only refuses a write (remote access error, both queue pairs
-/// then in error), reads work, a wrong local key is a local protection error, and a full
-/// send queue is `WouldBlock`.
+/// then in error), reads work, a wrong local key is a local protection error, a full send
+/// queue is `WouldBlock`, and a queue pair takes work only in the states that allow it.
 fn access_flags(_ep: &Endpoint, _t: &RdmaTransport) -> Check {
     let dev = e(Device::open(), "open")?;
     let mk = || -> Result<_, String> {
@@ -334,9 +334,28 @@ fn access_flags(_ep: &Endpoint, _t: &RdmaTransport) -> Check {
         Ok((qp, a))
     };
     let ((qa, aa), (qb, ab)) = (mk()?, mk()?);
+    let target = e(Region::alloc(4096, MemKind::Private), "alloc")?;
+    let early = e(Region::alloc(4096, MemKind::Private), "alloc")?;
+    // SAFETY: `early` outlives its registration (dropped at the end of this block).
+    let emr = unsafe {
+        e(
+            dev.register(early.as_ptr(), 4096, 0, IBV_ACCESS_LOCAL_WRITE),
+            "reg",
+        )?
+    };
+    // Queue-pair states: nothing is posted before the pair is ready to send, and it cannot
+    // go back to INIT from RTS.
+    // SAFETY: `early` is registered; a refused post starts nothing.
+    let r = unsafe { qa.post(1, IBV_WR_RDMA_WRITE, early.as_ptr(), 4, emr.lkey(), 0, 0, 0) };
+    ensure!(
+        matches!(r, Err(Error::Io { .. })),
+        "post on a queue pair in RESET: {r:?}"
+    );
+    drop(emr);
     e(qa.connect(&dev, &aa, &ab), "connect a")?;
     e(qb.connect(&dev, &ab, &aa), "connect b")?;
-    let target = e(Region::alloc(4096, MemKind::Private), "alloc")?;
+    let r = qa.connect(&dev, &aa, &ab);
+    ensure!(r.is_err(), "RTS -> INIT accepted");
     e(target.store_u32(0, 0xabcd_0123), "store")?;
     let local = e(Region::alloc(4096, MemKind::Private), "alloc")?;
     // SAFETY: both regions outlive their registrations (dropped first, declared later).
