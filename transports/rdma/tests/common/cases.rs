@@ -65,6 +65,12 @@ pub const CASES: &[Case] = &[
         run: notifications_by_immediate,
     },
     Case {
+        name: "unexport_during_notifications",
+        procs: 2,
+        dies: None,
+        run: unexport_during_notifications,
+    },
+    Case {
         name: "access_flags",
         procs: 1,
         dies: None,
@@ -313,6 +319,80 @@ fn notifications_by_immediate(ep: &Endpoint, t: &RdmaTransport) -> Check {
         ensure!(s.imm_sent == u64::from(N), "{s:?}");
         sync.barrier()?;
     }
+    Ok(())
+}
+
+/// Unexport while notifications stream in: the sender's writes end with `Unexported`, the
+/// ones delivered are a prefix in order, each once; a buffer exported next (which takes the
+/// freed notification slot) gets none of the old ones: the first notification it sees is
+/// the one sent to it.
+fn unexport_during_notifications(ep: &Endpoint, _t: &RdmaTransport) -> Check {
+    let mut sync = Sync::new(ep)?;
+    type Log = Arc<Mutex<Vec<vmmc::Notification>>>;
+    let logged = |id: u32, r: &Region| -> Result<Log, String> {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        e(
+            ep.export(
+                id,
+                r,
+                ExportOptions::new().handler(move |n| l.lock().expect("log").push(n)),
+            ),
+            "export",
+        )?;
+        Ok(log)
+    };
+    if ep.rank() == 1 {
+        let r = e(ep.alloc(4096, MemKind::Private), "alloc")?;
+        let log13 = logged(13, &r)?;
+        sync.barrier()?; // 1: exported
+        let start = Instant::now();
+        while log13.lock().expect("log").len() < 50 {
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "no notifications"
+            );
+            std::thread::yield_now();
+        }
+        e(ep.unexport(13), "unexport")?;
+        let r2 = e(ep.alloc(4096, MemKind::Private), "alloc")?;
+        let log14 = logged(14, &r2)?;
+        sync.barrier()?; // 2: rank 0 saw Unexported
+        sync.barrier()?; // 3: rank 0 sent one notification to 14
+        let start = Instant::now();
+        while log14.lock().expect("log").is_empty() {
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "no notification on 14"
+            );
+            std::thread::yield_now();
+        }
+        let first = log14.lock().expect("log")[0];
+        ensure!(
+            first.value == 0xffff && first.offset == 0,
+            "the new buffer got an old notification first: {first:?}"
+        );
+        let vals: Vec<u32> = log13.lock().expect("log").iter().map(|n| n.value).collect();
+        let want: Vec<u32> = (0..vals.len() as u32).collect();
+        ensure!(vals == want, "delivered once, in order: {vals:?}");
+    } else {
+        sync.barrier()?;
+        let owner = e(ep.proc_of(1), "rank")?;
+        let p = e(ep.import(owner, 13), "import")?;
+        let mut i = 0u32;
+        let err = loop {
+            match p.send_notify(0, &i.to_ne_bytes()) {
+                Ok(()) => i += 1,
+                Err(x) => break x,
+            }
+        };
+        ensure!(matches!(err, Error::Unexported), "sender's error: {err}");
+        sync.barrier()?;
+        let p14 = e(ep.import(owner, 14), "import")?;
+        e(p14.send_notify(0, &0xffffu32.to_ne_bytes()), "notify 14")?;
+        sync.barrier()?;
+    }
+    sync.barrier()?;
     Ok(())
 }
 
