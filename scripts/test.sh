@@ -21,6 +21,13 @@ VMMC_TRANSPORT=tcp cargo test --all-features -p nx --test rust_api -p rpc --test
 # there: Open MPI 4.1 cannot run a job past a dead rank (transports/mpi's docs say why).
 VMMC_TRANSPORT=mpi cargo test --all-features --features vmmc-run/mpi -p nx --test rust_api \
   -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job -- --skip dead
+# And over the rdma transport, on the stand-in verbs provider (these machines have no RDMA
+# device), its fabric in a directory of its own.
+rdma_fabric=$(mktemp -d)
+VMMC_TRANSPORT=rdma VMMC_RDMA_LIB="$PWD/target/debug/deps/libvmmc_rdma_standin.so" \
+  VMMC_RDMA_STANDIN_DIR="$rdma_fabric" cargo test --all-features -p nx --test rust_api \
+  -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job
+rm -rf "$rdma_fabric"
 # Descriptors above 65535 need a hard RLIMIT_NOFILE above 150000: that test runs where the
 # limit can be raised (CAP_SYS_RESOURCE), and says why where it cannot.
 if (ulimit -Hn 200000) 2>/dev/null; then

@@ -33,10 +33,10 @@ use vmmc::{Endpoint, Error, Result};
 
 /// The transports this build knows.
 #[cfg(not(feature = "mpi"))]
-pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp"];
+pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp", "rdma"];
 /// The transports this build knows.
 #[cfg(feature = "mpi")]
-pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp", "mpi"];
+pub const TRANSPORTS: &[&str] = &["shm", "sim", "tcp", "rdma", "mpi"];
 
 /// Set to 1 to have every rank say on stderr which transport it runs on.
 pub const VERBOSE_VAR: &str = "VMMC_VERBOSE";
@@ -83,6 +83,7 @@ pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
     let ep = match env.transport.as_str() {
         "shm" => Endpoint::new(Arc::new(vmmc_shm::ShmTransport::connect(env)?)),
         "tcp" => Endpoint::new(Arc::new(vmmc_tcp::TcpTransport::connect(env)?)),
+        "rdma" => Endpoint::new(Arc::new(vmmc_rdma::RdmaTransport::connect(env)?)),
         #[cfg(feature = "mpi")]
         "mpi" => Endpoint::new(Arc::new(vmmc_mpi::MpiTransport::connect(env)?)),
         "sim" => Err(Error::Bootstrap(
@@ -96,7 +97,7 @@ pub fn init_with(env: &BootEnv) -> Result<Endpoint> {
         ))),
     }?;
     let detail = match (env.transport.as_str(), &env.rendezvous) {
-        ("tcp", Some(rv)) => format!(" (rendezvous {rv}, host {})", ep.my_host_name()),
+        ("tcp" | "rdma", Some(rv)) => format!(" (rendezvous {rv}, host {})", ep.my_host_name()),
         ("mpi", _) if std::env::var(vmmc::bootstrap::vars::TRANSPORT).is_err() => format!(
             " (MPI one-sided; detected from the MPI launcher's environment, host {})",
             ep.my_host_name()

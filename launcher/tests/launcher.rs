@@ -137,8 +137,9 @@ fn bootstrap_reports_a_bad_environment() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // (rdma is built in now: a name no build has.)
     let out = Command::new(example("ring"))
-        .env("VMMC_TRANSPORT", "rdma")
+        .env("VMMC_TRANSPORT", "carrier-pigeon")
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("not built in"));
@@ -238,6 +239,51 @@ fn runs_over_tcp_chosen_by_flag_or_environment_and_says_so() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn runs_over_rdma_on_the_standin_provider_and_says_so() {
+    let ring = example("ring");
+    // The stand-in verbs provider, built as a dev-dependency next to this test binary.
+    let exe = std::env::current_exe().unwrap();
+    let standin = exe.parent().unwrap().join("libvmmc_rdma_standin.so");
+    assert!(standin.exists(), "{} not built", standin.display());
+    let fabric = std::env::temp_dir().join(format!("vmmc-rdma-launcher-{}", std::process::id()));
+    std::fs::create_dir_all(&fabric).unwrap();
+    let out = Command::new(launcher())
+        .args([
+            "-n",
+            "3",
+            "--transport",
+            "rdma",
+            "--",
+            ring.to_str().unwrap(),
+        ])
+        .env("VMMC_VERBOSE", "1")
+        .env("VMMC_RDMA_LIB", &standin)
+        .env("VMMC_RDMA_STANDIN_DIR", &fabric)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&fabric);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches("runs on transport rdma").count(), 3, "{err}");
+    // Without a device (and without the stand-in) the job fails and says why.
+    let out = Command::new(launcher())
+        .args([
+            "-n",
+            "2",
+            "--transport",
+            "rdma",
+            "--",
+            ring.to_str().unwrap(),
+        ])
+        .env("VMMC_RDMA_LIB", "/nonexistent/libibverbs.so.1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("VMMC_RDMA_LIB"), "{err}");
 }
 
 #[test]

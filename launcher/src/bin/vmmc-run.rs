@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm|sim|tcp|mpi] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp|rdma|mpi] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
@@ -210,15 +210,17 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
     if transport == "mpi" {
         return exec_mpirun(&args);
     }
-    if args.rendezvous.is_some() && transport != "tcp" {
-        return Err("--rendezvous is for the tcp transport".into());
+    // The rdma transport's trusted party and control plane are the tcp transport's.
+    let tcp_rendezvous = transport == "tcp" || transport == "rdma";
+    if args.rendezvous.is_some() && !tcp_rendezvous {
+        return Err("--rendezvous is for the tcp and rdma transports".into());
     }
     let pids: Arc<Mutex<Ranks>> = Arc::new(Mutex::new(Ranks::default()));
     forward_signals(pids.clone());
     let dir = job_dir().map_err(|e| format!("cannot create the job directory: {e}"))?;
     let cleanup = Cleanup(dir.clone());
     let sock = dir.join("rendezvous.sock");
-    let (rv, rv_addr) = if transport == "tcp" {
+    let (rv, rv_addr) = if tcp_rendezvous {
         let at = args.rendezvous.as_deref().unwrap_or("127.0.0.1:0");
         let rv = vmmc_tcp::server::Rendezvous::start(at, args.n).map_err(|e| e.to_string())?;
         let a = rv.addr().to_string();
