@@ -40,7 +40,7 @@ use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vmmc::bootstrap::BootEnv;
@@ -254,6 +254,23 @@ struct Conn {
 }
 
 impl Conn {
+    /// A data connection to `rank`, hello exchanged.
+    fn open(rank: usize, s: TcpStream) -> Result<Arc<Conn>> {
+        tune(&s)?;
+        s.set_nonblocking(true)
+            .map_err(|e| Error::io("non-blocking", e))?;
+        Ok(Arc::new(Conn {
+            rank,
+            sock: s,
+            send: Mutex::new(0),
+            acked: Mutex::new(0),
+            acked_cv: Condvar::new(),
+            state: AtomicU32::new(ALIVE),
+            saw_bye: AtomicBool::new(false),
+            reported: AtomicU32::new(ALIVE),
+        }))
+    }
+
     fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
@@ -352,11 +369,42 @@ struct Exports {
     by_buf: HashMap<BufId, Arc<Entry>>,
 }
 
+/// How many processes `vmmc_Spawn` may add to a job: the peer tables are sized for the
+/// initial ranks plus these, so the fast paths index them without a lock.
+pub const MAX_SPAWNED: usize = 256;
+
+/// A table by rank whose slots are filled once: at the start for the initial ranks, when a
+/// spawned process joins for the others (read without a lock by the progress engine and
+/// the senders).
+pub(crate) struct Slots<T>(Vec<OnceLock<T>>);
+
+impl<T> Slots<T> {
+    fn new(capacity: usize) -> Slots<T> {
+        Slots((0..capacity).map(|_| OnceLock::new()).collect())
+    }
+    pub(crate) fn get(&self, r: usize) -> Option<&T> {
+        self.0.get(r).and_then(OnceLock::get)
+    }
+    fn set(&self, r: usize, v: T) -> bool {
+        self.0.get(r).is_some_and(|s| s.set(v).is_ok())
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// The filled slots.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().filter_map(OnceLock::get)
+    }
+}
+
 /// What the application threads and the progress engine share.
 struct Shared {
     rank: usize,
-    procs: Vec<ProcId>,
-    conns: Vec<Option<Arc<Conn>>>,
+    /// Identity of each process by rank (spawned ones from when they join).
+    procs: Slots<ProcId>,
+    conns: Slots<Arc<Conn>>,
+    /// Registers the connections of processes that join later with the progress engine.
+    registry: mio::Registry,
     exports: Mutex<Exports>,
     /// (owner rank, key) -> link state, for every key imported or revoked.
     links: Mutex<HashMap<(usize, u64), Arc<Link>>>,
@@ -438,7 +486,7 @@ impl Shared {
             bump(&self.stats.refused_unknown, 1);
             return None;
         };
-        if !e.importers.allows(self.procs[from]) {
+        if !self.procs.get(from).is_some_and(|p| e.importers.allows(*p)) {
             bump(&self.stats.refused_permission, 1);
             return None;
         }
@@ -614,7 +662,8 @@ impl TcpTransport {
             }
             Some(other) => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
-        let conns = Self::mesh(env, &listener, &addrs)?;
+        let parent = vmmc::bootstrap::parent_from_env();
+        let mut conns = Self::mesh(env, &listener, &addrs, parent.is_some())?;
         let poll = Poll::new().map_err(|e| Error::io("epoll", e))?;
         for c in conns.iter().flatten() {
             poll.registry()
@@ -622,10 +671,25 @@ impl TcpTransport {
                 .map_err(|e| Error::io("epoll_ctl", e))?;
         }
         let waker = Waker::new(poll.registry(), WAKE).map_err(|e| Error::io("eventfd", e))?;
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(|e| Error::io("epoll dup", e))?;
+        let cap = env.size + MAX_SPAWNED;
+        let (slots, peers) = (Slots::new(cap), Slots::new(cap));
+        for (r, p) in procs.iter().enumerate() {
+            slots.set(r, *p);
+        }
+        for (r, c) in conns.drain(..).enumerate() {
+            if let Some(c) = c {
+                peers.set(r, c);
+            }
+        }
         let sh = Arc::new(Shared {
             rank: env.rank,
-            procs: procs.clone(),
-            conns,
+            procs: slots,
+            conns: peers,
+            registry,
             exports: Mutex::new(Exports::default()),
             links: Mutex::new(HashMap::new()),
             notes: Mutex::new(Notes::default()),
@@ -664,7 +728,7 @@ impl TcpTransport {
             size: env.size,
             procs,
             hosts,
-            parent: None,
+            parent,
         };
         // The waiting policy (`vmmc::wait`) learns how many ranks share this host's cores.
         let me = job.procs[env.rank].node;
@@ -686,9 +750,22 @@ impl TcpTransport {
     }
 
     /// One connection per pair: each rank connects to the lower ranks and accepts the higher.
-    fn mesh(env: &BootEnv, l: &TcpListener, addrs: &[String]) -> Result<Vec<Option<Arc<Conn>>>> {
+    /// A spawned process accepts a connection from every process alive when it joined (the
+    /// ones with an address in its welcome), which connect when told it joined.
+    fn mesh(
+        env: &BootEnv,
+        l: &TcpListener,
+        addrs: &[String],
+        spawned: bool,
+    ) -> Result<Vec<Option<Arc<Conn>>>> {
         let mut socks: Vec<Option<TcpStream>> = (0..env.size).map(|_| None).collect();
-        for (r, a) in addrs.iter().enumerate().take(env.rank) {
+        let (connect, accept) = if spawned {
+            let n = (0..env.rank).filter(|&r| !addrs[r].is_empty()).count();
+            (0, n)
+        } else {
+            (env.rank, env.size - env.rank - 1)
+        };
+        for (r, a) in addrs.iter().enumerate().take(connect) {
             let mut s = a
                 .parse()
                 .map_err(|e| Error::Bootstrap(format!("rank {r}'s address {a:?}: {e}")))
@@ -710,7 +787,7 @@ impl TcpTransport {
         l.set_nonblocking(true)
             .map_err(|e| Error::io("listener", e))?;
         let deadline = Instant::now() + CONNECT_WAIT;
-        for _ in env.rank + 1..env.size {
+        for _ in 0..accept {
             let mut s = accept_until(l, deadline)?;
             s.set_nonblocking(false)
                 .map_err(|e| Error::io("blocking", e))?;
@@ -721,11 +798,12 @@ impl TcpTransport {
                 .map_err(|e| Error::io("hello from a peer", e))?;
             let h = Header::decode(&b);
             let r = h.offset as usize;
-            if h.kind != kind::HELLO
-                || h.key != MAGIC
-                || r <= env.rank
-                || r >= env.size
-                || socks[r].is_some()
+            let expected = if spawned {
+                r < env.rank && !addrs[r].is_empty()
+            } else {
+                r > env.rank && r < env.size
+            };
+            if h.kind != kind::HELLO || h.key != MAGIC || !expected || socks[r].is_some()
             {
                 return Err(Error::Protocol(format!(
                     "unexpected data connection (hello {h:?})"
@@ -738,24 +816,7 @@ impl TcpTransport {
         socks
             .into_iter()
             .enumerate()
-            .map(|(r, s)| {
-                s.map(|s| {
-                    tune(&s)?;
-                    s.set_nonblocking(true)
-                        .map_err(|e| Error::io("non-blocking", e))?;
-                    Ok(Arc::new(Conn {
-                        rank: r,
-                        sock: s,
-                        send: Mutex::new(0),
-                        acked: Mutex::new(0),
-                        acked_cv: Condvar::new(),
-                        state: AtomicU32::new(ALIVE),
-                        saw_bye: AtomicBool::new(false),
-                        reported: AtomicU32::new(ALIVE),
-                    }))
-                })
-                .transpose()
-            })
+            .map(|(r, s)| s.map(|s| Conn::open(r, s)).transpose())
             .collect()
     }
 
@@ -830,7 +891,13 @@ impl TcpTransport {
                 ..
             } => Ok(Some(RemoteTcp {
                 sh: self.sh.clone(),
-                conn: self.sh.conns[owner].clone(),
+                conn: if owner == self.job.rank {
+                    None
+                } else {
+                    Some(self.sh.conns.get(owner).cloned().ok_or_else(|| {
+                        Error::PeerLost(format!("no connection to rank {owner}"))
+                    })?)
+                },
                 owner,
                 key,
                 len: len as usize,
@@ -848,7 +915,6 @@ impl TcpTransport {
         self.sh
             .conns
             .get(rank)
-            .and_then(|c| c.as_ref())
             .is_some_and(|c| {
                 c.reported.load(Ordering::Acquire) == LOST
                     || (!self.finished.load(Ordering::Acquire)
@@ -889,6 +955,14 @@ impl TcpTransport {
         }
     }
 
+    /// The rank of a process of the job: the initial ranks and every process spawned since
+    /// (whose identity the rendezvous told this one when it joined).
+    fn rank_of(&self, p: ProcId) -> Option<usize> {
+        self.job
+            .rank_of(p)
+            .or_else(|| (0..self.sh.procs.len()).find(|&r| self.sh.procs.get(r) == Some(&p)))
+    }
+
     fn req(&self) -> u64 {
         self.next_req.fetch_add(1, Ordering::Relaxed)
     }
@@ -916,8 +990,10 @@ impl TcpTransport {
     /// the receiver checks on arrival).
     #[doc(hidden)]
     pub fn send_raw_write(&self, rank: usize, key: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let c = self.sh.conns[rank]
-            .as_ref()
+        let c = self
+            .sh
+            .conns
+            .get(rank)
             .ok_or(Error::InvalidArgument("no connection to that rank"))?;
         let h = Header {
             kind: kind::WRITE,
@@ -951,12 +1027,41 @@ impl TcpTransport {
     }
 }
 
+/// Connects to a process spawned into the job and hands the connection to the progress
+/// engine.
+fn join_peer(sh: &Shared, rank: usize, proc: ProcId, addr: &str) -> Result<()> {
+    if rank >= sh.conns.len() {
+        return Err(Error::InvalidArgument("more spawned processes than MAX_SPAWNED"));
+    }
+    let sa: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| Error::Bootstrap(format!("address {addr:?}: {e}")))?;
+    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
+        .map_err(|e| Error::io("connect to a spawned process", e))?;
+    let h = Header {
+        kind: kind::HELLO,
+        key: MAGIC,
+        offset: sh.rank as u64,
+        ..Default::default()
+    };
+    s.write_all(&h.encode())
+        .map_err(|e| Error::io("hello to a spawned process", e))?;
+    let c = Conn::open(rank, s)?;
+    sh.procs.set(rank, proc);
+    if !sh.conns.set(rank, c.clone()) {
+        return Err(Error::Protocol(format!("rank {rank} joined twice")));
+    }
+    sh.registry
+        .register(&mut SourceFd(&c.fd()), Token(rank), Interest::READABLE)
+        .map_err(|e| Error::io("epoll_ctl", e))
+}
+
 fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>, Condvar)>) {
     let (m, cv) = &*replies;
     loop {
         match Msg::recv(&s) {
             Ok(Some(Msg::Gone { rank, crashed })) => {
-                if let Some(Some(c)) = sh.conns.get(rank as usize) {
+                if let Some(c) = sh.conns.get(rank as usize) {
                     // Not at once: the rendezvous may overtake the data connection, whose
                     // frames sent before the peer left must be placed first.
                     c.reported
@@ -964,8 +1069,16 @@ fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>
                     let _ = sh.waker.wake();
                 }
             }
+            Ok(Some(Msg::Joined { rank, proc, addr })) => {
+                // Before any later reply is read: a spawner learns the new process's identity
+                // only after its connection is in place.
+                if let Err(e) = join_peer(&sh, rank as usize, proc, &addr) {
+                    eprintln!("vmmc-tcp: cannot connect to spawned rank {rank} at {addr}: {e}");
+                }
+            }
             Ok(Some(msg)) => {
                 let req = match &msg {
+                    Msg::Spawned { req, .. } => *req,
                     Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
                     _ => continue,
                 };
@@ -1036,12 +1149,12 @@ impl Transport for TcpTransport {
             key: e.key,
             ..Default::default()
         };
-        for c in self.sh.conns.iter().flatten() {
+        for c in self.sh.conns.iter() {
             let _ = c.send_frame(&h, &[], &self.sh.stats);
         }
         if self.revoke_waits.load(Ordering::SeqCst) {
             // A peer that is lost meanwhile writes nothing more: its error is no failure here.
-            for c in self.sh.conns.iter().flatten() {
+            for c in self.sh.conns.iter() {
                 let _ = c.fence(&self.sh.stats);
             }
         }
@@ -1055,7 +1168,6 @@ impl Transport for TcpTransport {
 
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
         let rank = self
-            .job
             .rank_of(owner)
             .ok_or_else(|| Error::PeerLost(format!("{owner} is not a process of this job")))?;
         if !self.peer_alive(owner) {
@@ -1134,20 +1246,24 @@ impl Transport for TcpTransport {
     }
 
     fn peer_alive(&self, p: ProcId) -> bool {
-        match self.job.rank_of(p) {
+        match self.rank_of(p) {
             Some(r) if r == self.job.rank => true,
-            Some(r) => self.sh.conns[r]
-                .as_ref()
+            Some(r) => self
+                .sh
+                .conns
+                .get(r)
                 .is_some_and(|c| c.state.load(Ordering::Acquire) == ALIVE),
             None => false,
         }
     }
 
     fn peer_failed(&self, p: ProcId) -> bool {
-        match self.job.rank_of(p) {
+        match self.rank_of(p) {
             Some(r) if r == self.job.rank => false,
-            Some(r) => self.sh.conns[r]
-                .as_ref()
+            Some(r) => self
+                .sh
+                .conns
+                .get(r)
                 .is_some_and(|c| c.state.load(Ordering::Acquire) == LOST),
             None => false,
         }
@@ -1197,6 +1313,21 @@ impl Transport for TcpTransport {
         f()
     }
 
+    fn spawn(&self, spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        let req = self.req();
+        let m = Msg::Spawn {
+            req,
+            host: spec.host.to_string(),
+            program: spec.program.to_string(),
+            args: spec.args.to_vec(),
+        };
+        match self.call(req, &m)? {
+            Msg::Spawned { proc, .. } => Ok(proc),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, 0)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
     fn finish(&self) -> Result<()> {
         if self.finished.swap(true, Ordering::SeqCst) {
             return Ok(());
@@ -1212,7 +1343,6 @@ impl Transport for TcpTransport {
             .sh
             .conns
             .iter()
-            .flatten()
             .filter(|c| c.send_frame(&bye, &[], &self.sh.stats).is_ok())
             .collect();
         let deadline = Instant::now() + DRAIN_WAIT;
@@ -1228,7 +1358,7 @@ impl Transport for TcpTransport {
         let _ = self.rv_send(&Msg::Bye);
         if self.own_rendezvous.is_some() {
             // The trusted party lives in this process: stay until every other rank has left.
-            for c in self.sh.conns.iter().flatten() {
+            for c in self.sh.conns.iter() {
                 let mut a = lock(&c.acked);
                 while c.state.load(Ordering::Acquire) == ALIVE {
                     a = c
