@@ -434,7 +434,10 @@ pub fn error_from(code: i32, text: String, buf: BufId) -> Error {
         -5 => Error::NoSuchBuffer(buf),
         -6 => Error::PermissionDenied(buf),
         -10 => Error::PeerLost(text),
-        -20 => Error::SpawnFailed(text),
+        -20 => Error::SpawnFailed(match text.strip_prefix("spawn failed: ") {
+            Some(t) => t.to_string(),
+            None => text,
+        }),
         -16 => Error::Unsupported(
             "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
         ),

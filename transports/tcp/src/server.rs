@@ -184,16 +184,21 @@ impl Rendezvous {
     }
 
     /// The launcher saw the process of `rank` end (any status). A spawned process that ends
-    /// before it joined fails its spawn; other ends are seen on their connections.
-    pub fn mark_ended(&self, rank: usize, how: &str) {
+    /// before it joined fails its spawn (then this returns true); other ends are seen on
+    /// their connections.
+    pub fn mark_ended(&self, rank: usize, how: &str) -> bool {
         let mut st = lock(&self.inner.state);
-        if let Some((by, req)) = st.pending.remove(&rank) {
+        let Some((by, req)) = st.pending.remove(&rank) else {
+            return false;
+        };
+        {
             let e = Error::SpawnFailed(format!(
                 "the spawned process (rank {rank}) {how} before it joined the job"
             ));
             reply(&st, by, &err(req, &e));
             st.gone[rank] = true;
         }
+        true
     }
 }
 
