@@ -30,8 +30,12 @@ fn main() {
 fn run() -> Result<(), Error> {
     let ep = vmmc_run::init()?;
     let hosts = ep.session_hosts();
+    // The network namespace, to show where the launcher placed this process.
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     println!(
-        "process rank {} ({}) of size {} on {}; session hosts {}",
+        "process rank {} ({}) of size {} on {}; session hosts {}; netns {netns}",
         ep.rank(),
         ep.me(),
         ep.size(),
