@@ -143,14 +143,10 @@ fn spawn_and_session_hosts_in_c() {
         .arg(&exe);
     common::run_ok(&mut cc, "compiling tests/c/spawn.c");
 
-    let here = String::from_utf8_lossy(
-        &Command::new("hostname")
-            .output()
-            .expect("hostname")
-            .stdout,
-    )
-    .trim()
-    .to_string();
+    let here =
+        String::from_utf8_lossy(&Command::new("hostname").output().expect("hostname").stdout)
+            .trim()
+            .to_string();
     let (out, err, ok) = run_job(&["-n", "1", "--transport", "tcp"], &exe);
     let report = format!("--- stdout\n{out}\n--- stderr\n{err}");
     assert!(ok, "spawn over tcp\n{report}");
@@ -158,7 +154,10 @@ fn spawn_and_session_hosts_in_c() {
         out.contains(&format!("spawn session hosts: {here}\n")),
         "{report}"
     );
-    assert!(out.contains("spawn child ") && out.contains(": ok"), "{report}");
+    assert!(
+        out.contains("spawn child ") && out.contains(": ok"),
+        "{report}"
+    );
     assert!(out.contains("spawn parent: spawned "), "{report}");
 
     let (out, err, ok) = run_job(&["-n", "1", "--transport", "shm"], &exe);

@@ -75,7 +75,10 @@ fn run() -> Result<(), Error> {
     };
     // The child's buffer: this rank's word at 4 * rank.
     let p = ep.import(child, 2)?;
-    p.send(4 * ep.rank(), &(0xBEEF_0000u32 + ep.rank() as u32).to_ne_bytes())?;
+    p.send(
+        4 * ep.rank(),
+        &(0xBEEF_0000u32 + ep.rank() as u32).to_ne_bytes(),
+    )?;
     buf.wait_u32(FLAG, |v| v == 0xC0DE, || ep.check_peer(child))?;
     let want = pattern(ep.rank());
     let mut got = vec![0u8; want.len()];
@@ -125,7 +128,9 @@ fn pattern(rank: usize) -> Vec<u8> {
 /// The spawned process: `ranks` is the size of the job its parent saw (ranks that failed to
 /// spawn before it hold numbers up to its own, never used).
 fn child(ep: &Endpoint, ranks: usize) -> Result<(), Error> {
-    let parent = ep.parent().ok_or_else(|| fail("a spawned process has no parent"))?;
+    let parent = ep
+        .parent()
+        .ok_or_else(|| fail("a spawned process has no parent"))?;
     if parent != ep.proc_of(0)? {
         return Err(fail("the parent is not rank 0"));
     }
@@ -138,7 +143,11 @@ fn child(ep: &Endpoint, ranks: usize) -> Result<(), Error> {
     }
     for r in 0..ranks {
         let who = ep.proc_of(r)?;
-        buf.wait_u32(4 * r, |v| v == 0xBEEF_0000 + r as u32, || ep.check_peer(who))?;
+        buf.wait_u32(
+            4 * r,
+            |v| v == 0xBEEF_0000 + r as u32,
+            || ep.check_peer(who),
+        )?;
     }
     println!(
         "spawned process {} (parent {parent}) got a write from each of {ranks} ranks",

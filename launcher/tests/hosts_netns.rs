@@ -146,11 +146,17 @@ fn run(h: &Hosts, dir: &Path) -> Result<String, String> {
         if !line.contains(&format!("session hosts {},{};", h.ns[0], h.ns[1])) {
             return Err(format!("rank {rank}'s session hosts: {line}"));
         }
-        let node = line[tag.len()..].split(':').next().unwrap_or("").to_string();
+        let node = line[tag.len()..]
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_string();
         nodes.push(node);
     }
     if nodes[0] == nodes[1] || nodes[1] != nodes[2] {
-        return Err(format!("nodes {nodes:?}: expected two, the child's rank 1's"));
+        return Err(format!(
+            "nodes {nodes:?}: expected two, the child's rank 1's"
+        ));
     }
     for want in [
         "[4] spawned process",

@@ -43,7 +43,8 @@ fn text(o: &Output) -> (String, String) {
 }
 
 fn has(out: &str, prefix: &str, part: &str) -> bool {
-    out.lines().any(|l| l.starts_with(prefix) && l.contains(part))
+    out.lines()
+        .any(|l| l.starts_with(prefix) && l.contains(part))
 }
 
 fn host_name() -> String {
@@ -67,15 +68,26 @@ fn spawn_over_tcp_joins_the_job_both_ways() {
     assert!(o.status.success(), "{out}\n{err}");
     // The failed spawns reserve ranks 2 and 3; the child is rank 4, the job's 5th process.
     assert!(
-        has(&out, "[0] ", "spawn on an unknown host: spawn failed: unknown host \"no-such-host.invalid\""),
+        has(
+            &out,
+            "[0] ",
+            "spawn on an unknown host: spawn failed: unknown host \"no-such-host.invalid\""
+        ),
         "{out}"
     );
     assert!(
-        has(&out, "[0] ", "spawn of a missing program: spawn failed: cannot start \"/nonexistent/vmmc-program\""),
+        has(
+            &out,
+            "[0] ",
+            "spawn of a missing program: spawn failed: cannot start \"/nonexistent/vmmc-program\""
+        ),
         "{out}"
     );
     assert!(has(&out, "[4] ", "of size 5"), "{out}");
-    assert!(has(&out, "[4] ", "got a write from each of 2 ranks"), "{out}");
+    assert!(
+        has(&out, "[4] ", "got a write from each of 2 ranks"),
+        "{out}"
+    );
     for r in 0..2 {
         assert!(
             has(&out, &format!("[{r}] "), "imported the spawned process"),
@@ -84,8 +96,14 @@ fn spawn_over_tcp_joins_the_job_both_ways() {
     }
     // One host: the session is this host.
     let here = host_name();
-    assert!(has(&out, "[0] ", &format!("session hosts {here};")), "{out}");
-    assert!(has(&out, "[4] ", &format!("session hosts {here};")), "{out}");
+    assert!(
+        has(&out, "[0] ", &format!("session hosts {here};")),
+        "{out}"
+    );
+    assert!(
+        has(&out, "[4] ", &format!("session hosts {here};")),
+        "{out}"
+    );
 }
 
 #[test]
@@ -170,17 +188,41 @@ fn hosts_start_every_process_through_the_agent() {
         "{out}"
     );
     assert!(has(&out, "[0] ", "session hosts hostA,hostB;"), "{out}");
-    assert!(has(&out, "[4] ", "got a write from each of 2 ranks"), "{out}");
+    assert!(
+        has(&out, "[4] ", "got a write from each of 2 ranks"),
+        "{out}"
+    );
 }
 
 #[test]
 fn hosts_need_a_transport_that_crosses_hosts() {
-    let o = run(&["-n", "2", "--transport", "shm", "--hosts", "a,b", "--", "true"]);
+    let o = run(&[
+        "-n",
+        "2",
+        "--transport",
+        "shm",
+        "--hosts",
+        "a,b",
+        "--",
+        "true",
+    ]);
     let (out, err) = text(&o);
     assert!(!o.status.success());
-    assert!(err.contains("--hosts places ranks on other hosts"), "{out}\n{err}");
+    assert!(
+        err.contains("--hosts places ranks on other hosts"),
+        "{out}\n{err}"
+    );
     // Unresolvable hosts without --rendezvous: the launcher cannot tell its own address.
-    let o = run(&["-n", "1", "--transport", "tcp", "--hosts", "no-such-host.invalid", "--", "true"]);
+    let o = run(&[
+        "-n",
+        "1",
+        "--transport",
+        "tcp",
+        "--hosts",
+        "no-such-host.invalid",
+        "--",
+        "true",
+    ]);
     let (out, err) = text(&o);
     assert!(!o.status.success());
     assert!(err.contains("give --rendezvous"), "{out}\n{err}");

@@ -980,6 +980,19 @@ impl Proxy {
     }
 }
 
+/// This host's name (`gethostname`).
+fn local_host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer of the length given; gethostname NUL-terminates within it or
+    // truncates, and we stop at the first NUL.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return None;
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1144,17 +1157,4 @@ mod tests {
         drop(other);
         assert!(t.imports.lock().unwrap().is_empty());
     }
-}
-
-/// This host's name (`gethostname`).
-fn local_host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: a valid buffer of the length given; gethostname NUL-terminates within it or
-    // truncates, and we stop at the first NUL.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return None;
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }

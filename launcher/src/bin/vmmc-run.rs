@@ -286,7 +286,11 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
     let rsh = args
         .rsh
         .clone()
-        .or_else(|| std::env::var("VMMC_RSH").ok().filter(|a| !a.trim().is_empty()))
+        .or_else(|| {
+            std::env::var("VMMC_RSH")
+                .ok()
+                .filter(|a| !a.trim().is_empty())
+        })
         .unwrap_or_else(|| "ssh".into());
     let launch = Arc::new(Launch {
         transport: transport.clone(),
@@ -337,14 +341,7 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
         // SAFETY: siginfo_t is plain data; waitid fills it.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid on our own children with a valid siginfo pointer.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_ALL,
-                0,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if r < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
@@ -570,8 +567,7 @@ impl Launch {
 /// A word for a remote shell: single-quoted unless it is plainly safe.
 fn quote(w: &str) -> String {
     let plain = !w.is_empty()
-        && w
-            .bytes()
+        && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b));
     if plain {
         w.to_string()

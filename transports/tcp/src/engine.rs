@@ -353,7 +353,8 @@ pub(crate) fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
             if r < rx.len() && rx[r].is_none() && !ended[r] && sh.conns.get(r).is_some() {
                 rx[r] = Some(Rx::new());
             }
-            let (Some(conn), Some(state)) = (sh.conns.get(r), rx.get_mut(r).and_then(|x| x.as_mut()))
+            let (Some(conn), Some(state)) =
+                (sh.conns.get(r), rx.get_mut(r).and_then(|x| x.as_mut()))
             else {
                 continue;
             };

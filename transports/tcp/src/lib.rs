@@ -803,8 +803,7 @@ impl TcpTransport {
             } else {
                 r > env.rank && r < env.size
             };
-            if h.kind != kind::HELLO || h.key != MAGIC || !expected || socks[r].is_some()
-            {
+            if h.kind != kind::HELLO || h.key != MAGIC || !expected || socks[r].is_some() {
                 return Err(Error::Protocol(format!(
                     "unexpected data connection (hello {h:?})"
                 )));
@@ -889,21 +888,23 @@ impl TcpTransport {
                 len,
                 has_handler,
                 ..
-            } => Ok(Some(RemoteTcp {
-                sh: self.sh.clone(),
-                conn: if owner == self.job.rank {
-                    None
-                } else {
-                    Some(self.sh.conns.get(owner).cloned().ok_or_else(|| {
-                        Error::PeerLost(format!("no connection to rank {owner}"))
-                    })?)
-                },
-                owner,
-                key,
-                len: len as usize,
-                has_handler,
-                link: self.sh.link(owner, key),
-            })),
+            } => {
+                Ok(Some(RemoteTcp {
+                    sh: self.sh.clone(),
+                    conn: if owner == self.job.rank {
+                        None
+                    } else {
+                        Some(self.sh.conns.get(owner).cloned().ok_or_else(|| {
+                            Error::PeerLost(format!("no connection to rank {owner}"))
+                        })?)
+                    },
+                    owner,
+                    key,
+                    len: len as usize,
+                    has_handler,
+                    link: self.sh.link(owner, key),
+                }))
+            }
             Msg::Err { code, text, .. } => Err(proto::error_from(code, text, buf)),
             other => Err(Error::Protocol(format!("unexpected {other:?}"))),
         }
@@ -912,14 +913,11 @@ impl TcpTransport {
     /// Whether `rank` died without leaving the job cleanly, as the rendezvous reported it
     /// (or as its connection broke, while this process has not started to leave).
     pub fn peer_crashed(&self, rank: usize) -> bool {
-        self.sh
-            .conns
-            .get(rank)
-            .is_some_and(|c| {
-                c.reported.load(Ordering::Acquire) == LOST
-                    || (!self.finished.load(Ordering::Acquire)
-                        && c.state.load(Ordering::Acquire) == LOST)
-            })
+        self.sh.conns.get(rank).is_some_and(|c| {
+            c.reported.load(Ordering::Acquire) == LOST
+                || (!self.finished.load(Ordering::Acquire)
+                    && c.state.load(Ordering::Acquire) == LOST)
+        })
     }
 
     /// This rank's statistics so far.
@@ -1031,7 +1029,9 @@ impl TcpTransport {
 /// engine.
 fn join_peer(sh: &Shared, rank: usize, proc: ProcId, addr: &str) -> Result<()> {
     if rank >= sh.conns.len() {
-        return Err(Error::InvalidArgument("more spawned processes than MAX_SPAWNED"));
+        return Err(Error::InvalidArgument(
+            "more spawned processes than MAX_SPAWNED",
+        ));
     }
     let sa: std::net::SocketAddr = addr
         .parse()

@@ -176,11 +176,7 @@ impl Rendezvous {
     /// Lets processes of the job spawn others: `f` starts them (without it, `vmmc_Spawn`
     /// is unsupported: nobody here can start a process).
     pub fn set_spawner(&self, f: Spawner) {
-        *self
-            .inner
-            .spawner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
+        *self.inner.spawner.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
     }
 
     /// The launcher saw the process of `rank` end (any status). A spawned process that ends
