@@ -5,6 +5,9 @@
 //! writes into it; each checks what arrived and says so.
 //!
 //! `vmmc-run -n 2 --transport tcp -- target/debug/examples/spawn`
+//!
+//! With `SPAWN_CHILD=die` the spawned process exits with status 3 as soon as it has joined,
+//! and every rank must see it fail.
 
 use vmmc::{Endpoint, Error, ExportOptions, MemKind, ProcId, Region};
 
@@ -48,6 +51,10 @@ fn run() -> Result<(), Error> {
             .get(2)
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| fail("usage: spawn --child RANKS"))?;
+        if args.get(3).map(String::as_str) == Some("--die") {
+            // Joined, then gone with an error: the others must see it lost.
+            std::process::exit(3);
+        }
         return child(&ep, ranks);
     }
     let buf = ep.alloc(LEN, MemKind::Shared)?;
@@ -73,6 +80,18 @@ fn run() -> Result<(), Error> {
             squid: buf.load_u32(WHO + 4)?,
         }
     };
+    if std::env::var("SPAWN_CHILD").as_deref() == Ok("die") {
+        return match buf.wait_u32(FLAG, |v| v == 0xC0DE, || ep.check_peer(child)) {
+            Err(e @ Error::PeerLost(_)) if ep.peer_failed(child) => {
+                println!(
+                    "rank {} saw the spawned process {child} fail: {e}",
+                    ep.rank()
+                );
+                Ok(())
+            }
+            other => Err(fail(&format!("a spawned process that died: {other:?}"))),
+        };
+    }
     // The child's buffer: this rank's word at 4 * rank.
     let p = ep.import(child, 2)?;
     p.send(
@@ -113,7 +132,11 @@ fn spawn_checked(ep: &Endpoint, hosts: &[String]) -> Result<ProcId, Error> {
         Err(e @ Error::SpawnFailed(_)) => println!("spawn of a missing program: {e}"),
         other => return Err(fail(&format!("missing program: {other:?}"))),
     }
-    let c = ep.spawn(&host, me, &["--child".into(), ep.size().to_string()])?;
+    let mut args = vec!["--child".to_string(), ep.size().to_string()];
+    if std::env::var("SPAWN_CHILD").as_deref() == Ok("die") {
+        args.push("--die".into());
+    }
+    let c = ep.spawn(&host, me, &args)?;
     println!("rank 0 spawned {c} on {host}");
     Ok(c)
 }

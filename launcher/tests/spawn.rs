@@ -107,6 +107,33 @@ fn spawn_over_tcp_joins_the_job_both_ways() {
 }
 
 #[test]
+fn a_spawned_process_that_dies_is_lost_to_every_rank() {
+    let ex = example("spawn");
+    let o = Command::new(launcher())
+        .args(["-n", "2", "--transport", "tcp", "--tag-output", "--"])
+        .arg(&ex)
+        .env_remove("VMMC_TRANSPORT")
+        .env_remove("VMMC_HOSTS")
+        .env("SPAWN_CHILD", "die")
+        .output()
+        .expect("run vmmc-run");
+    let (out, err) = text(&o);
+    // The job fails with the spawned process's status; the ranks saw it go.
+    assert_eq!(o.status.code(), Some(3), "{out}\n{err}");
+    assert!(err.contains("rank 4 exited with status 3"), "{out}\n{err}");
+    for r in 0..2 {
+        assert!(
+            has(
+                &out,
+                &format!("[{r}] "),
+                "saw the spawned process 0:3 fail: peer"
+            ),
+            "{out}\n{err}"
+        );
+    }
+}
+
+#[test]
 fn spawn_over_shm_is_refused_clearly() {
     let ex = example("spawn");
     let o = run(&[

@@ -375,6 +375,14 @@ fn spawn(inner: &Inner, by: usize, req: u64, host: String, program: String, args
             return;
         };
         let rank = st.count();
+        if rank >= st.size + crate::MAX_SPAWNED {
+            let e = Error::SpawnFailed(format!(
+                "this job has spawned its limit of {} processes",
+                crate::MAX_SPAWNED
+            ));
+            reply(&st, by, &err(req, &e));
+            return;
+        }
         st.joined.push(None);
         st.gone.push(false);
         st.procs.push(NOBODY);
