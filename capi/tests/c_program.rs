@@ -160,12 +160,28 @@ fn spawn_and_session_hosts_in_c() {
     );
     assert!(out.contains("spawn parent: spawned "), "{report}");
 
-    let (out, err, ok) = run_job(&["-n", "1", "--transport", "shm"], &exe);
+    let (out, err, ok) = run_job(
+        &["-n", "1", "--transport", "shm", "--spawn-slots", "2"],
+        &exe,
+    );
     let report = format!("--- stdout\n{out}\n--- stderr\n{err}");
     assert!(ok, "spawn over shm\n{report}");
+    assert!(out.contains("spawn parent: spawned 0:3 on "), "{report}");
+
+    // Without the launcher nobody can start a process.
+    let o = Command::new(&exe)
+        .env_remove("VMMC_TRANSPORT")
+        .env_remove("VMMC_RANK")
+        .env_remove("VMMC_SIZE")
+        .env_remove("VMMC_RENDEZVOUS")
+        .env_remove("VMMC_HOSTS")
+        .output()
+        .expect("run spawn alone");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
     assert!(
         out.contains("spawn: unsupported here: not supported by this transport"),
-        "{report}"
+        "{out}"
     );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -16,8 +16,8 @@ const LEN: usize = 4096;
 const DATA: usize = 16;
 const FLAG: usize = 0;
 /// In rank 1's buffer: the child's identity from rank 0, then a flag.
-const WHO: usize = 64;
-const WHO_FLAG: usize = 72;
+const WHO: usize = 1024;
+const WHO_FLAG: usize = 1032;
 
 fn fail(what: &str) -> Error {
     Error::Protocol(what.to_string())

@@ -1,9 +1,10 @@
 //! `vmmc_Spawn` and `vmmc_SessionHosts` under vmmc-run, across real processes: a rank spawns
 //! a process that imports every rank's buffer and writes into it while every rank imports
-//! its buffer and writes into it (tcp); spawns of an unknown host and a missing program fail
-//! with clear errors; the shm transport says it cannot spawn; `--hosts` starts every process
-//! through the remote-shell agent (a recording stand-in for ssh here; the netns test runs
-//! the real thing across namespaces).
+//! its buffer and writes into it (tcp and shm); a spawned process that dies is lost to all;
+//! spawns of an unknown host and a missing program fail with clear errors, and so does shm
+//! without spawn slots, or a job without the launcher; `--hosts` starts every process through
+//! the remote-shell agent (a recording stand-in for ssh here; the netns test runs the real
+//! thing across namespaces).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -52,14 +53,17 @@ fn host_name() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[test]
-fn spawn_over_tcp_joins_the_job_both_ways() {
+/// The ranks and the spawned process exchange data both ways on `transport`.
+fn spawn_joins_the_job_both_ways(transport: &str) {
     let ex = example("spawn");
     let o = run(&[
         "-n",
         "2",
         "--transport",
-        "tcp",
+        transport,
+        // shm sizes its tables at the start: the two failing spawns take a slot each too.
+        "--spawn-slots",
+        "3",
         "--tag-output",
         "--",
         ex.to_str().unwrap(),
@@ -107,10 +111,20 @@ fn spawn_over_tcp_joins_the_job_both_ways() {
 }
 
 #[test]
-fn a_spawned_process_that_dies_is_lost_to_every_rank() {
+fn spawn_over_tcp_joins_the_job_both_ways() {
+    spawn_joins_the_job_both_ways("tcp");
+}
+
+#[test]
+fn spawn_over_shm_joins_the_job_both_ways() {
+    spawn_joins_the_job_both_ways("shm");
+}
+
+fn a_spawned_process_that_dies_is_lost(transport: &str, child: &str) {
     let ex = example("spawn");
     let o = Command::new(launcher())
-        .args(["-n", "2", "--transport", "tcp", "--tag-output", "--"])
+        .args(["-n", "2", "--transport", transport, "--spawn-slots", "3"])
+        .args(["--tag-output", "--"])
         .arg(&ex)
         .env_remove("VMMC_TRANSPORT")
         .env_remove("VMMC_HOSTS")
@@ -126,7 +140,7 @@ fn a_spawned_process_that_dies_is_lost_to_every_rank() {
             has(
                 &out,
                 &format!("[{r}] "),
-                "saw the spawned process 0:3 fail: peer"
+                &format!("saw the spawned process {child} fail: peer")
             ),
             "{out}\n{err}"
         );
@@ -134,7 +148,15 @@ fn a_spawned_process_that_dies_is_lost_to_every_rank() {
 }
 
 #[test]
-fn spawn_over_shm_is_refused_clearly() {
+fn a_spawned_process_that_dies_is_lost_to_every_rank() {
+    // Squids: tcp numbers them per node as processes join; shm's are rank + 1.
+    a_spawned_process_that_dies_is_lost("tcp", "0:3");
+    a_spawned_process_that_dies_is_lost("shm", "0:5");
+}
+
+#[test]
+fn spawn_is_refused_clearly_where_it_cannot_be_done() {
+    // shm without spawn slots.
     let ex = example("spawn");
     let o = run(&[
         "-n",
@@ -148,7 +170,22 @@ fn spawn_over_shm_is_refused_clearly() {
     let (out, err) = text(&o);
     assert!(!o.status.success(), "{out}\n{err}");
     assert!(
-        err.contains("not supported by this transport: vmmc_Spawn"),
+        err.contains("spawn failed: no spawn slot left: this shm job holds 1 processes"),
+        "{out}\n{err}"
+    );
+    // A job of one without the launcher: nobody can start a process.
+    let o = Command::new(&ex)
+        .env_remove("VMMC_TRANSPORT")
+        .env_remove("VMMC_RANK")
+        .env_remove("VMMC_SIZE")
+        .env_remove("VMMC_RENDEZVOUS")
+        .env_remove("VMMC_HOSTS")
+        .output()
+        .expect("run the example alone");
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(
+        out.contains("spawn: not supported by this transport: vmmc_Spawn: no launcher"),
         "{out}\n{err}"
     );
 }

@@ -25,6 +25,9 @@ pub mod vars {
     pub const HOSTS: &str = "VMMC_HOSTS";
     /// `node:squid` of the process that spawned this one (`vmmc_Parent`).
     pub const PARENT: &str = "VMMC_PARENT";
+    /// How many processes the job may hold, spawned ones included (shm sizes its tables for
+    /// them at the start: `vmmc-run --spawn-slots`); default `VMMC_SIZE`.
+    pub const CAPACITY: &str = "VMMC_CAPACITY";
 }
 
 /// The session's hosts as the launcher wrote them in [`vars::HOSTS`] (duplicates dropped,

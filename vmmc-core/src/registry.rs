@@ -9,6 +9,27 @@ use crate::error::{Error, Result};
 use crate::types::{BufId, Importers, ProcId, Squid};
 use std::collections::{HashMap, HashSet};
 
+/// What a launcher is asked to start for `vmmc_Spawn` (see `Endpoint::spawn`): the trusted
+/// party reserved a rank for it and waits for its hello.
+#[derive(Clone, Debug)]
+pub struct SpawnOrder {
+    /// The new process's rank (`VMMC_RANK`; its `VMMC_SIZE` is `rank + 1`).
+    pub rank: usize,
+    /// The host it runs on.
+    pub host: String,
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The process that asked (`VMMC_PARENT`).
+    pub parent: ProcId,
+}
+
+/// Starts the process of a [`SpawnOrder`]; `Err` says why it could not (unknown host, no
+/// such program). A process that starts and then ends before joining is reported to the
+/// trusted party by the launcher, which fails the spawn.
+pub type Spawner = Box<dyn Fn(&SpawnOrder) -> std::result::Result<(), String> + Send + Sync>;
+
 /// An import that waits for its buffer to be exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PendingImport {

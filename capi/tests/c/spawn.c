@@ -1,7 +1,8 @@
 /*
  * spawn.c - vmmc_Spawn and vmmc_SessionHosts from C:
- *   vmmc-run -n 1 --transport tcp -- ./spawn      (spawns; exit 0)
- *   vmmc-run -n 1 --transport shm -- ./spawn      (shm cannot spawn: VMMC_ERR_UNSUPPORTED)
+ *   vmmc-run -n 1 --transport tcp -- ./spawn                  (spawns; exit 0)
+ *   vmmc-run -n 1 --transport shm --spawn-slots 2 -- ./spawn  (spawns; exit 0)
+ *   ./spawn                      (alone: VMMC_ERR_UNSUPPORTED, nobody can start a process)
  *
  * Rank 0 prints the session's hosts, checks that spawning a missing program fails with
  * VMMC_ERR_SPAWN, then spawns itself ("child") on the first session host. The child finds

@@ -54,6 +54,10 @@ struct Args {
     /// (default: `VMMC_RSH`, else ssh).
     #[arg(long)]
     rsh: Option<String>,
+    /// How many processes the ranks may spawn (`vmmc_Spawn`) over shm, whose tables are sized
+    /// at the start (tcp needs no reservation). Default 0.
+    #[arg(long = "spawn-slots", default_value_t = 0)]
+    spawn_slots: usize,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -204,7 +208,7 @@ impl Trusted {
         match self {
             Trusted::Shm(rv) => {
                 rv.mark_ended(rank);
-                false
+                rv.spawn_ended(rank, how)
             }
             Trusted::Tcp(rv) => rv.mark_ended(rank, how),
         }
@@ -268,7 +272,8 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
         };
         (Trusted::Tcp(rv), a)
     } else {
-        let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
+        let cap = args.n.saturating_add(args.spawn_slots);
+        let rv = Rendezvous::start_with_capacity(&sock, args.n, cap).map_err(|e| e.to_string())?;
         (Trusted::Shm(rv), sock.display().to_string())
     };
     let allowed = allowed_cpus();
@@ -294,6 +299,7 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
         .unwrap_or_else(|| "ssh".into());
     let launch = Arc::new(Launch {
         transport: transport.clone(),
+        capacity: args.n.saturating_add(args.spawn_slots),
         rv_addr,
         job: format!("{}", std::process::id()),
         job_cpus: allowed.len().max(1),
@@ -306,9 +312,11 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
         kids: Mutex::new(Vec::new()),
         pumps: Mutex::new(Vec::new()),
     });
-    if let Trusted::Tcp(t) = &rv {
-        let l = launch.clone();
-        t.set_spawner(Box::new(move |o| l.spawn(o)));
+    let l = launch.clone();
+    let spawner: vmmc::registry::Spawner = Box::new(move |o| l.spawn(o));
+    match &rv {
+        Trusted::Tcp(t) => t.set_spawner(spawner),
+        Trusted::Shm(t) => t.set_spawner(spawner),
     }
     for rank in 0..args.n {
         // Rank k on the k-th allowed CPU (wrapping when asked to bind more ranks than CPUs).
@@ -404,6 +412,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How the job's processes start: the ranks at launch and the ones `vmmc_Spawn` asks for.
 struct Launch {
     transport: String,
+    /// `VMMC_CAPACITY`: the ranks plus the spawn slots.
+    capacity: usize,
     rv_addr: String,
     job: String,
     job_cpus: usize,
@@ -444,6 +454,7 @@ impl Launch {
         set(vmmc_tcp::RENDEZVOUS_BY, "launcher".into());
         set(vars::JOB, self.job.clone());
         set(vars::HOSTS, self.session.join(","));
+        set(vars::CAPACITY, self.capacity.to_string());
         match parent {
             Some(p) => set(vars::PARENT, format!("{}:{}", p.node, p.squid)),
             None => env.retain(|(k, _)| k != vars::PARENT),
@@ -542,7 +553,7 @@ impl Launch {
     }
 
     /// `vmmc_Spawn`, as the rendezvous asks: on this host, or on a host of `--hosts`.
-    fn spawn(&self, o: &vmmc_tcp::server::SpawnOrder) -> Result<(), String> {
+    fn spawn(&self, o: &vmmc::registry::SpawnOrder) -> Result<(), String> {
         let local = o.host == "localhost" || (!self.remote && o.host == self.here);
         if !local && !self.session.contains(&o.host) {
             return Err(format!(

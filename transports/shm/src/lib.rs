@@ -62,6 +62,10 @@ struct Client {
 /// The shm transport of one process.
 pub struct ShmTransport {
     job: JobInfo,
+    /// The ranks the job's tables hold: its size plus the spawn slots `vmmc-run` reserved
+    /// (`VMMC_CAPACITY`). Spawned processes take the ranks from the size up; their squid is
+    /// their rank + 1, as for every rank.
+    cap: usize,
     conn: Mutex<Client>,
     replies: Condvar,
     next_req: AtomicU64,
@@ -150,8 +154,23 @@ impl ShmTransport {
                 return Err(Error::Bootstrap("VMMC_RENDEZVOUS is not set".into()));
             }
         };
+        let cap = match std::env::var(vmmc::bootstrap::vars::CAPACITY) {
+            Ok(v) if env.launcher == Launcher::VmmcRun => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&c| c >= env.size)
+                .ok_or_else(|| {
+                    Error::Bootstrap(format!(
+                        "{}={v:?} is not a number of processes >= {}",
+                        vmmc::bootstrap::vars::CAPACITY,
+                        env.size
+                    ))
+                })?,
+            _ => env.size,
+        };
         let sock = connect_seqpacket(&path)?;
-        let ring = Ring::create(env.size)?;
+        let ring = Ring::create(cap)?;
         let hello = Msg::Hello {
             rank: env.rank as u32,
             pid: std::process::id(),
@@ -168,7 +187,7 @@ impl ShmTransport {
             Msg::Err { text, .. } => return Err(Error::Bootstrap(text)),
             other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
-        let status = Status::open(fds.pop().expect("checked"), env.size)?;
+        let status = Status::open(fds.pop().expect("checked"), cap)?;
         // Every rank of the job runs on this host; this process's data waits sleep on the bell
         // in its ring, which every transfer into its buffers rings. The bell gets a mapping of
         // its own that lives as long as the process (the first transport of a process wins;
@@ -194,10 +213,11 @@ impl ShmTransport {
                 .map(|s| ProcId { node: 0, squid: *s })
                 .collect(),
             hosts: vec![host],
-            parent: None,
+            parent: vmmc::bootstrap::parent_from_env(),
         };
         Ok(ShmTransport {
             job,
+            cap,
             conn: Mutex::new(Client {
                 sock,
                 stash: HashMap::new(),
@@ -231,8 +251,17 @@ impl ShmTransport {
             + c.cancelled.len()
     }
 
+    /// The rank of a process: one of the job when this one joined, or one spawned since
+    /// (squid = rank + 1 on node 0, once it has said hello to the trusted party).
     fn rank_of(&self, p: ProcId) -> Option<usize> {
-        self.job.rank_of(p)
+        self.job.rank_of(p).or_else(|| {
+            let r = (p.squid as usize).checked_sub(1)?;
+            (p.node == 0
+                && r >= self.job.size
+                && r < self.cap
+                && self.status.get(r) != shmem::state::STARTING)
+                .then_some(r)
+        })
     }
 
     /// Sends a request and waits for its reply.
@@ -296,7 +325,10 @@ impl ShmTransport {
                 Ok(Some((b, fds))) => {
                     let m = Msg::decode(&b)?;
                     let id = match &m {
-                        Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
+                        Msg::Ok { req }
+                        | Msg::Err { req, .. }
+                        | Msg::ImportOk { req, .. }
+                        | Msg::Spawned { req, .. } => *req,
                         other => return Err(Error::Protocol(format!("unexpected {other:?}"))),
                     };
                     if !c.cancelled.remove(&id) {
@@ -327,7 +359,7 @@ impl ShmTransport {
 
     /// Waits until no live rank is in the middle of a transfer into the buffer of `ctrl`.
     fn drain_senders(&self, ctrl: &Ctrl) {
-        for r in 0..self.job.size {
+        for r in 0..self.cap {
             // A sender rings this process's bell as it leaves the transfer.
             let mut w = vmmc::wait::Wait::new(&DRAIN_SITE);
             while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
@@ -356,7 +388,7 @@ impl ShmTransport {
             return Err(Error::Protocol("expected an import grant".into()));
         };
         let want = if shared { 3 } else { 2 };
-        if fds.len() != want || owner_rank as usize >= self.job.size {
+        if fds.len() != want || owner_rank as usize >= self.cap {
             return Err(Error::Protocol(
                 "import grant with wrong descriptors".into(),
             ));
@@ -370,7 +402,7 @@ impl ShmTransport {
             None
         };
         let ring = self.ring_of(owner_rank as usize, fds.pop().expect("checked"))?;
-        let ctrl = Arc::new(Ctrl::open(fds.pop().expect("checked"), self.job.size)?);
+        let ctrl = Arc::new(Ctrl::open(fds.pop().expect("checked"), self.cap)?);
         let base = region.as_ref().map_or(std::ptr::null_mut(), |m| m.ptr());
         Ok(RemoteShm {
             ctrl,
@@ -414,7 +446,7 @@ impl Transport for ShmTransport {
     }
 
     fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
-        let ctrl = Ctrl::create(self.job.size)?;
+        let ctrl = Ctrl::create(self.cap)?;
         let h = ctrl.header();
         h.has_handler
             .store(spec.has_handler as u32, Ordering::SeqCst);
@@ -607,7 +639,7 @@ impl Transport for ShmTransport {
     fn end_redir(&self, buf: BufId) -> Result<Redirected> {
         let ctrl = self.ctrl(buf)?;
         let status = self.status.clone();
-        let size = self.job.size;
+        let size = self.cap;
         ctrl.header().redir.end(|| {
             // A sender that died mid-message will never finish it.
             if (0..size).all(|r| ctrl.in_flight(r).load(Ordering::SeqCst) == 0 || !status.alive(r))
@@ -636,6 +668,24 @@ impl Transport for ShmTransport {
         let _r = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let _q = self.requests.lock().unwrap_or_else(|e| e.into_inner());
         f()
+    }
+
+    fn spawn(&self, spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let m = Msg::Spawn {
+            req,
+            host: spec.host.to_string(),
+            program: spec.program.to_string(),
+            args: spec.args.to_vec(),
+        };
+        match self.call(req, &m, &[])?.0 {
+            Msg::Spawned { squid, .. } => Ok(ProcId { node: 0, squid }),
+            Msg::Err { code: -16, .. } => Err(Error::Unsupported(
+                "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
+            )),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, 0)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
     }
 
     fn finish(&self) -> Result<()> {

@@ -44,6 +44,16 @@ pub enum Msg {
         pid: u32,
         owner_rank: u32,
     },
+    /// Process -> party: start `program args` on `host` as a new process of the job
+    /// (`vmmc_Spawn`); answered by `Spawned` once it joined, or by `Err`.
+    Spawn {
+        req: u64,
+        host: String,
+        program: String,
+        args: Vec<String>,
+    },
+    /// Party -> spawner: the new process joined with this rank and squid (node 0).
+    Spawned { req: u64, rank: u32, squid: u32 },
 }
 
 struct W(Vec<u8>);
@@ -179,6 +189,24 @@ impl Msg {
                     .u32(*pid)
                     .u32(*owner_rank);
             }
+            Msg::Spawn {
+                req,
+                host,
+                program,
+                args,
+            } => {
+                w.u8(11)
+                    .u64(*req)
+                    .str(host)
+                    .str(program)
+                    .u32(args.len() as u32);
+                for a in args {
+                    w.str(a);
+                }
+            }
+            Msg::Spawned { req, rank, squid } => {
+                w.u8(12).u64(*req).u32(*rank).u32(*squid);
+            }
         }
         w.0
     }
@@ -256,6 +284,24 @@ impl Msg {
                 pid: r.u32()?,
                 owner_rank: r.u32()?,
             },
+            11 => {
+                let req = r.u64()?;
+                let host = r.str()?;
+                let program = r.str()?;
+                let n = r.count(4)?;
+                let args = (0..n).map(|_| r.str()).collect::<Result<_>>()?;
+                Msg::Spawn {
+                    req,
+                    host,
+                    program,
+                    args,
+                }
+            }
+            12 => Msg::Spawned {
+                req: r.u64()?,
+                rank: r.u32()?,
+                squid: r.u32()?,
+            },
             t => {
                 return Err(Error::Protocol(format!(
                     "unknown rendezvous message type {t}"
@@ -288,6 +334,10 @@ pub fn error_from(code: i32, text: String, buf: BufId) -> Error {
         -5 => Error::NoSuchBuffer(buf),
         -6 => Error::PermissionDenied(buf),
         -10 => Error::PeerLost(text),
+        -20 => Error::SpawnFailed(match text.strip_prefix("spawn failed: ") {
+            Some(t) => t.to_string(),
+            None => text,
+        }),
         _ => Error::Protocol(text),
     }
 }
@@ -320,6 +370,17 @@ mod tests {
             },
             Msg::Bye,
             Msg::CancelImport { req: 10 },
+            Msg::Spawn {
+                req: 13,
+                host: "h".into(),
+                program: "p".into(),
+                args: vec!["a".into(), String::new()],
+            },
+            Msg::Spawned {
+                req: 14,
+                rank: 3,
+                squid: 4,
+            },
             Msg::Ok { req: 11 },
             Msg::err(12, &Error::PermissionDenied(3)),
             Msg::ImportOk {

@@ -35,25 +35,7 @@ struct Joined {
     listen: String,
 }
 
-/// What a launcher is asked to start for `vmmc_Spawn`.
-#[derive(Clone, Debug)]
-pub struct SpawnOrder {
-    /// The new process's rank (`VMMC_RANK`; its `VMMC_SIZE` is `rank + 1`).
-    pub rank: usize,
-    /// The host it runs on.
-    pub host: String,
-    /// The program.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// The process that asked (`VMMC_PARENT`).
-    pub parent: ProcId,
-}
-
-/// Starts the process of a [`SpawnOrder`]; `Err` says why it could not (unknown host, no
-/// such program). A process that starts and then fails before joining is reported with
-/// [`Rendezvous::mark_ended`].
-pub type Spawner = Box<dyn Fn(&SpawnOrder) -> std::result::Result<(), String> + Send + Sync>;
+pub use vmmc::registry::{SpawnOrder, Spawner};
 
 struct State {
     /// The ranks the launcher started; spawned ones come after them.
