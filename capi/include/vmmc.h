@@ -106,9 +106,11 @@ int vmmc_SessionHosts(char *buf, int len);
  * it has a new squid, its vmmc_Parent() is the caller, and it imports and exports like any
  * process of the job (its rank is beyond the ranks vmmc-run started, and its vmmc_JobSize()
  * counts the processes up to it; theirs do not change). The launcher starts it, on another
- * host through the remote-shell agent. VMMC_ERR_SPAWN for an unknown host, a program that
- * cannot start, or a process that ended before joining; VMMC_ERR_UNSUPPORTED on transports
- * that cannot grow a job (shm, sim, mpi) or a tcp job not started by vmmc-run. */
+ * host through the remote-shell agent. Over tcp a job grows by up to 256 processes; over shm
+ * by the slots `vmmc-run --spawn-slots K` reserved (a failed spawn uses one too).
+ * VMMC_ERR_SPAWN for an unknown host, a program that cannot start, a process that ended
+ * before joining, or no slot left; VMMC_ERR_UNSUPPORTED where nobody can start a process
+ * (sim, mpi, or a job not started by vmmc-run). */
 int vmmc_Spawn(const char *host, const char *program, const char *const *argv, int *node,
                int *squid);
 

@@ -339,9 +339,13 @@ impl Endpoint {
     /// this process, and it imports and exports like every other process. `host` must be one
     /// of [`Endpoint::session_hosts`] (or `localhost`).
     ///
-    /// Errors: [`Error::SpawnFailed`] for an unknown host, a program that cannot be started
-    /// or a process that ended before it joined; [`Error::Unsupported`] where the transport
-    /// cannot grow a job (shm, sim, mpi; and tcp when no `vmmc-run` hosts the trusted party).
+    /// Under `vmmc-run`: tcp grows a job by up to 256 processes; shm by the `--spawn-slots`
+    /// reserved at the start, which size its shared tables (a failed spawn uses a slot too).
+    ///
+    /// Errors: [`Error::SpawnFailed`] for an unknown host, a program that cannot be started,
+    /// a process that ended before it joined, or no slot left; [`Error::Unsupported`] where
+    /// nobody can start a process: sim, mpi (`MPI_Comm_spawn` is not wired in), and shm or
+    /// tcp jobs whose trusted party is not `vmmc-run` (a job of one, or an MPI launcher's).
     pub fn spawn(&self, host: &str, program: &str, args: &[String]) -> Result<ProcId> {
         if host.is_empty() || program.is_empty() {
             return Err(Error::InvalidArgument("spawn needs a host and a program"));

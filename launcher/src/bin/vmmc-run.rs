@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm|sim|tcp|mpi] [--hosts H1,H2,...] [--rsh AGENT] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp|mpi] [--hosts H1,H2,...] [--rsh AGENT] [--spawn-slots K] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
@@ -16,8 +16,9 @@
 //! with the job's environment (every `VMMC_*` variable) on the command line: nothing of ours
 //! runs on the hosts but the ranks. The rendezvous then listens on every address (or on
 //! `--rendezvous`) and the ranks reach it at the address this host uses towards the first
-//! host. Over tcp, a rank's `vmmc_Spawn` comes here: the process starts the same way (on
-//! this host directly, on a host of `--hosts` through the agent) and joins the job.
+//! host. A rank's `vmmc_Spawn` comes here: the process starts the same way (on this host
+//! directly, on a host of `--hosts` through the agent) and joins the job (tcp: up to 256;
+//! shm: as many as `--spawn-slots` reserved).
 
 use clap::Parser;
 use std::io::{BufRead, BufReader, Write};

@@ -154,23 +154,22 @@ impl ShmTransport {
                 return Err(Error::Bootstrap("VMMC_RENDEZVOUS is not set".into()));
             }
         };
-        let cap = match std::env::var(vmmc::bootstrap::vars::CAPACITY) {
-            Ok(v) if env.launcher == Launcher::VmmcRun => v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&c| c >= env.size)
-                .ok_or_else(|| {
+        // The ring needs a lane for every process that may send to this one, spawned ones
+        // included, before the welcome tells the job's capacity: vmmc-run says it.
+        let lanes = match std::env::var(vmmc::bootstrap::vars::CAPACITY) {
+            Ok(v) if env.launcher == Launcher::VmmcRun => {
+                v.trim().parse::<usize>().map_err(|_| {
                     Error::Bootstrap(format!(
-                        "{}={v:?} is not a number of processes >= {}",
-                        vmmc::bootstrap::vars::CAPACITY,
-                        env.size
+                        "{}={v:?} is not a number",
+                        vmmc::bootstrap::vars::CAPACITY
                     ))
-                })?,
+                })?
+            }
             _ => env.size,
-        };
+        }
+        .max(env.size);
         let sock = connect_seqpacket(&path)?;
-        let ring = Ring::create(cap)?;
+        let ring = Ring::create(lanes)?;
         let hello = Msg::Hello {
             rank: env.rank as u32,
             pid: std::process::id(),
@@ -180,13 +179,20 @@ impl ShmTransport {
         let (m, mut fds) = sys::recv_msg(sock.as_raw_fd(), false)
             .map_err(|e| Error::io("rendezvous welcome", e))?
             .ok_or_else(|| Error::Bootstrap("the rendezvous closed the connection".into()))?;
-        let (squids, host) = match Msg::decode(&m)? {
-            Msg::Welcome { squids, host } if fds.len() == 1 && squids.len() == env.size => {
-                (squids, host)
+        let (squids, host, cap) = match Msg::decode(&m)? {
+            Msg::Welcome { squids, host, cap } if fds.len() == 1 && squids.len() == env.size => {
+                (squids, host, cap as usize)
             }
             Msg::Err { text, .. } => return Err(Error::Bootstrap(text)),
             other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
+        if cap < env.size || cap > lanes {
+            return Err(Error::Bootstrap(format!(
+                "the job holds {cap} processes but this one was told {lanes} ({}): not \
+                 started by this job's launcher?",
+                vmmc::bootstrap::vars::CAPACITY
+            )));
+        }
         let status = Status::open(fds.pop().expect("checked"), cap)?;
         // Every rank of the job runs on this host; this process's data waits sleep on the bell
         // in its ring, which every transfer into its buffers rings. The bell gets a mapping of

@@ -9,8 +9,13 @@ use vmmc::{BufId, Error, Importers, ProcId, Result};
 pub enum Msg {
     /// Process -> party, first message; carries the notification ring's descriptor.
     Hello { rank: u32, pid: u32 },
-    /// Party -> process, once every rank said hello; carries the status page's descriptor.
-    Welcome { squids: Vec<u32>, host: String },
+    /// Party -> process, once every rank said hello (a spawned process: once it did);
+    /// carries the status page's descriptor. `cap` is the ranks the job's tables hold.
+    Welcome {
+        squids: Vec<u32>,
+        host: String,
+        cap: u32,
+    },
     /// Export a buffer; carries the control block's and (shared memory) the region's
     /// descriptors.
     Export {
@@ -122,12 +127,12 @@ impl Msg {
             Msg::Hello { rank, pid } => {
                 w.u8(1).u32(*rank).u32(*pid);
             }
-            Msg::Welcome { squids, host } => {
+            Msg::Welcome { squids, host, cap } => {
                 w.u8(2).u32(squids.len() as u32);
                 for s in squids {
                     w.u32(*s);
                 }
-                w.str(host);
+                w.str(host).u32(*cap);
             }
             Msg::Export {
                 req,
@@ -225,6 +230,7 @@ impl Msg {
                 Msg::Welcome {
                     squids,
                     host: r.str()?,
+                    cap: r.u32()?,
                 }
             }
             3 => {
@@ -353,6 +359,7 @@ mod tests {
             Msg::Welcome {
                 squids: vec![1, 2, 3],
                 host: "h".into(),
+                cap: 5,
             },
             Msg::Export {
                 req: 1,

@@ -347,6 +347,7 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     let w = Msg::Welcome {
                         squids: s.squids[..=r].to_vec(),
                         host: sys::hostname(),
+                        cap: s.cap as u32,
                     };
                     let sfd = s.status.fd().as_raw_fd();
                     if let Some(c) = &s.conns[r] {
@@ -369,6 +370,7 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     let w = Msg::Welcome {
                         squids: s.squids.clone(),
                         host,
+                        cap: s.cap as u32,
                     };
                     let sfd = s.status.fd().as_raw_fd();
                     for c in s.conns.iter().flatten() {
