@@ -236,6 +236,14 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
             vmmc_run::TRANSPORTS.join(", ")
         ));
     }
+    if !args.hosts.is_empty() && transport != "tcp" && transport != "mpi" {
+        return Err(format!(
+            "--hosts places ranks on other hosts over the tcp or mpi transport, not {transport}"
+        ));
+    }
+    if args.hosts.iter().any(|h| h.trim().is_empty()) {
+        return Err("--hosts has an empty host name".into());
+    }
     if transport == "sim" {
         return run_sim(&args);
     }
@@ -244,14 +252,6 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
     }
     if args.rendezvous.is_some() && transport != "tcp" {
         return Err("--rendezvous is for the tcp transport".into());
-    }
-    if !args.hosts.is_empty() && transport != "tcp" {
-        return Err(format!(
-            "--hosts places ranks on other hosts over the tcp or mpi transport, not {transport}"
-        ));
-    }
-    if args.hosts.iter().any(|h| h.trim().is_empty()) {
-        return Err("--hosts has an empty host name".into());
     }
     let pids: Arc<Mutex<Ranks>> = Arc::new(Mutex::new(Ranks::default()));
     forward_signals(pids.clone());
@@ -688,5 +688,20 @@ struct Cleanup(PathBuf);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn remote_shell_words_are_quoted_only_when_needed() {
+        assert_eq!(quote("VMMC_RANK=1"), "VMMC_RANK=1");
+        assert_eq!(quote("/usr/bin/prog"), "/usr/bin/prog");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote("$(rm -rf /)"), "'$(rm -rf /)'");
     }
 }
