@@ -282,7 +282,9 @@ impl Endpoint {
     pub fn size(&self) -> usize {
         self.job().size
     }
-    /// Identity of a rank.
+    /// Identity of a rank, `0..size()`. In a spawned process this covers the processes
+    /// spawned before it too; a rank whose spawn failed names no process (its peer is never
+    /// alive). Processes that join after this one are named by the `ProcId` their spawner got.
     pub fn proc_of(&self, rank: usize) -> Result<ProcId> {
         self.job()
             .procs

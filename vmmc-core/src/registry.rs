@@ -1,6 +1,10 @@
 //! The trusted party's tables (seed 003 §3.3: "trusted servers ... establish import/export
 //! mappings"): exports with their permissions, imports waiting for an export, and squids.
 //!
+//! A process spawned into a running job (`vmmc_Spawn`) is one more `ProcId` here: its exports,
+//! imports and departure are kept like any rank's; the transport gives it a squid no process
+//! of the job had.
+//!
 //! Pure bookkeeping, with no I/O: a transport hosts it where its trusted party runs (the shm
 //! launcher's rendezvous, the sim transport's kernel) and moves the replies itself. `H` is the
 //! transport's handle for an export (for shm: the descriptors an importer maps).
