@@ -191,6 +191,36 @@ fn spawn_is_refused_clearly_where_it_cannot_be_done() {
 }
 
 #[test]
+fn concurrent_spawns_from_every_rank() {
+    let ex = example("spawn_many");
+    for transport in ["tcp", "shm"] {
+        let o = run(&[
+            "-n",
+            "2",
+            "--transport",
+            transport,
+            "--spawn-slots",
+            "6",
+            "--tag-output",
+            "--",
+            ex.to_str().unwrap(),
+        ]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{transport}: {out}\n{err}");
+        for r in 0..2 {
+            assert!(
+                has(
+                    &out,
+                    &format!("[{r}] "),
+                    "heard from all 6 spawned processes"
+                ),
+                "{transport}: {out}\n{err}"
+            );
+        }
+    }
+}
+
+#[test]
 fn hosts_start_every_process_through_the_agent() {
     let dir = std::env::temp_dir().join(format!("vmmc-spawn-agent-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -515,7 +515,7 @@ impl Transport for ShmTransport {
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
         if self.rank_of(owner).is_none() {
             return Err(Error::PeerLost(format!(
-                "{owner} is not a process of this job"
+                "{owner} (not a process of this job)"
             )));
         }
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);

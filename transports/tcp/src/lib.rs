@@ -648,12 +648,20 @@ impl TcpTransport {
         }
         .send(&rv)
         .map_err(|e| Error::io("rendezvous hello", e))?;
-        let (procs, hosts, addrs) = match Msg::recv(&rv)? {
+        // A spawned process: its welcome also lists the spawned processes that joined before
+        // it with higher ranks.
+        let parent = vmmc::bootstrap::parent_from_env();
+        let (mut procs, hosts, addrs) = match Msg::recv(&rv)? {
             Some(Msg::Welcome {
                 procs,
                 hosts,
                 addrs,
-            }) if procs.len() == env.size && addrs.len() == env.size => (procs, hosts, addrs),
+            }) if procs.len() >= env.size
+                && addrs.len() == procs.len()
+                && (procs.len() == env.size || parent.is_some()) =>
+            {
+                (procs, hosts, addrs)
+            }
             Some(Msg::Err { text, .. }) => return Err(Error::Bootstrap(text)),
             None => {
                 return Err(Error::Bootstrap(
@@ -662,8 +670,11 @@ impl TcpTransport {
             }
             Some(other) => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
-        let parent = vmmc::bootstrap::parent_from_env();
-        let mut conns = Self::mesh(env, &listener, &addrs, parent.is_some())?;
+        let (mut conns, deferred) = if parent.is_some() {
+            Self::mesh_spawned(env, &listener, &addrs, &rv)?
+        } else {
+            (Self::mesh(env, &listener, &addrs)?, Vec::new())
+        };
         let poll = Poll::new().map_err(|e| Error::io("epoll", e))?;
         for c in conns.iter().flatten() {
             poll.registry()
@@ -678,8 +689,12 @@ impl TcpTransport {
         let cap = env.size + MAX_SPAWNED;
         let (slots, peers) = (Slots::new(cap), Slots::new(cap));
         for (r, p) in procs.iter().enumerate() {
-            slots.set(r, *p);
+            // A rank not joined yet gets its identity when it does (`Joined`).
+            if *p != server::NOBODY {
+                slots.set(r, *p);
+            }
         }
+        procs.truncate(env.size);
         for (r, c) in conns.drain(..).enumerate() {
             if let Some(c) = c {
                 peers.set(r, c);
@@ -717,6 +732,12 @@ impl TcpTransport {
                 .spawn(move || engine::ack_sender(s))
                 .map_err(|e| Error::io("spawn the ack sender", e))?,
         );
+        // Processes spawned while this one joined, before the reader reads what follows.
+        for (rank, proc, addr) in deferred {
+            if let Err(e) = join_peer(&sh, rank, proc, &addr) {
+                eprintln!("vmmc-tcp: cannot connect to spawned rank {rank} at {addr}: {e}");
+            }
+        }
         let (s, rp) = (sh.clone(), replies.clone());
         let reader = rv.try_clone().map_err(|e| Error::io("dup", e))?;
         std::thread::Builder::new()
@@ -749,22 +770,117 @@ impl TcpTransport {
         })
     }
 
-    /// One connection per pair: each rank connects to the lower ranks and accepts the higher.
-    /// A spawned process accepts a connection from every process alive when it joined (the
-    /// ones with an address in its welcome), which connect when told it joined.
-    fn mesh(
+    /// A spawned process's connections: every process alive when it joined (the ones with
+    /// an address in its welcome) connects to it when the rendezvous tells it so. One that
+    /// leaves before it does is reported gone on the rendezvous connection, read here too:
+    /// it is then no longer waited for. Spawned processes that join meanwhile (`Joined`) are
+    /// returned, to connect to once the transport runs.
+    #[allow(clippy::type_complexity)]
+    fn mesh_spawned(
         env: &BootEnv,
         l: &TcpListener,
         addrs: &[String],
-        spawned: bool,
-    ) -> Result<Vec<Option<Arc<Conn>>>> {
-        let mut socks: Vec<Option<TcpStream>> = (0..env.size).map(|_| None).collect();
-        let (connect, accept) = if spawned {
-            let n = (0..env.rank).filter(|&r| !addrs[r].is_empty()).count();
-            (0, n)
-        } else {
-            (env.rank, env.size - env.rank - 1)
-        };
+        rv: &TcpStream,
+    ) -> Result<(Vec<Option<Arc<Conn>>>, Vec<(usize, ProcId, String)>)> {
+        let mut socks: Vec<Option<TcpStream>> = (0..addrs.len()).map(|_| None).collect();
+        let mut want: std::collections::HashSet<usize> = (0..addrs.len())
+            .filter(|&r| r != env.rank && !addrs[r].is_empty())
+            .collect();
+        let mut deferred = Vec::new();
+        l.set_nonblocking(true)
+            .map_err(|e| Error::io("listener", e))?;
+        let deadline = Instant::now() + CONNECT_WAIT;
+        while !want.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Bootstrap(format!(
+                    "processes {want:?} did not connect in time"
+                )));
+            }
+            let mut p = [
+                libc::pollfd {
+                    fd: l.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: rv.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            unsafe { libc::poll(p.as_mut_ptr(), 2, left.as_millis().min(1000) as i32) };
+            if p[1].revents != 0 {
+                match Msg::recv(rv)? {
+                    Some(Msg::Gone { rank, .. }) => {
+                        want.remove(&(rank as usize));
+                    }
+                    Some(Msg::Joined { rank, proc, addr }) => {
+                        deferred.push((rank as usize, proc, addr))
+                    }
+                    Some(Msg::Err { text, .. }) => return Err(Error::Bootstrap(text)),
+                    Some(other) => {
+                        return Err(Error::Protocol(format!(
+                            "unexpected {other:?} while joining"
+                        )))
+                    }
+                    None => {
+                        return Err(Error::Bootstrap(
+                            "the rendezvous closed the connection".into(),
+                        ))
+                    }
+                }
+            }
+            let mut s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::Interrupted =>
+                {
+                    continue
+                }
+                Err(e) => return Err(Error::io("accept", e)),
+            };
+            s.set_nonblocking(false)
+                .map_err(|e| Error::io("blocking", e))?;
+            s.set_read_timeout(Some(CONNECT_WAIT))
+                .map_err(|e| Error::io("timeout", e))?;
+            let mut b = [0u8; HEADER];
+            if s.read_exact(&mut b).is_err() {
+                // A process that connected and left at once: its `Gone` follows.
+                continue;
+            }
+            let h = Header::decode(&b);
+            let r = h.offset as usize;
+            if h.kind != kind::HELLO
+                || h.key != MAGIC
+                || r >= addrs.len()
+                || r == env.rank
+                || addrs[r].is_empty()
+                || socks[r].is_some()
+            {
+                return Err(Error::Protocol(format!(
+                    "unexpected data connection (hello {h:?})"
+                )));
+            }
+            s.set_read_timeout(None)
+                .map_err(|e| Error::io("timeout", e))?;
+            socks[r] = Some(s);
+            want.remove(&r);
+        }
+        let conns = socks
+            .into_iter()
+            .enumerate()
+            .map(|(r, s)| s.map(|s| Conn::open(r, s)).transpose())
+            .collect::<Result<_>>()?;
+        Ok((conns, deferred))
+    }
+
+    /// One connection per pair: each rank connects to the lower ranks and accepts the higher.
+    fn mesh(env: &BootEnv, l: &TcpListener, addrs: &[String]) -> Result<Vec<Option<Arc<Conn>>>> {
+        let mut socks: Vec<Option<TcpStream>> = (0..addrs.len()).map(|_| None).collect();
+        let (connect, accept) = (env.rank, env.size - env.rank - 1);
         for (r, a) in addrs.iter().enumerate().take(connect) {
             let mut s = a
                 .parse()
@@ -798,12 +914,12 @@ impl TcpTransport {
                 .map_err(|e| Error::io("hello from a peer", e))?;
             let h = Header::decode(&b);
             let r = h.offset as usize;
-            let expected = if spawned {
-                r < env.rank && !addrs[r].is_empty()
-            } else {
-                r > env.rank && r < env.size
-            };
-            if h.kind != kind::HELLO || h.key != MAGIC || !expected || socks[r].is_some() {
+            if h.kind != kind::HELLO
+                || h.key != MAGIC
+                || r <= env.rank
+                || r >= env.size
+                || socks[r].is_some()
+            {
                 return Err(Error::Protocol(format!(
                     "unexpected data connection (hello {h:?})"
                 )));
@@ -959,6 +1075,16 @@ impl TcpTransport {
         self.job
             .rank_of(p)
             .or_else(|| (0..self.sh.procs.len()).find(|&r| self.sh.procs.get(r) == Some(&p)))
+            .or_else(|| {
+                // Told of a spawned process by a peer before the rendezvous's `Joined` was
+                // read: catch up with the rendezvous, which sent it first.
+                if p.node == server::NOBODY.node || self.finished.load(Ordering::Acquire) {
+                    return None;
+                }
+                let req = self.req();
+                matches!(self.call(req, &Msg::Sync { req }), Ok(Msg::Ok { .. })).then_some(())?;
+                (0..self.sh.procs.len()).find(|&r| self.sh.procs.get(r) == Some(&p))
+            })
     }
 
     fn req(&self) -> u64 {
@@ -1169,7 +1295,7 @@ impl Transport for TcpTransport {
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
         let rank = self
             .rank_of(owner)
-            .ok_or_else(|| Error::PeerLost(format!("{owner} is not a process of this job")))?;
+            .ok_or_else(|| Error::PeerLost(format!("{owner} (not a process of this job)")))?;
         if !self.peer_alive(owner) {
             return Err(Error::PeerLost(format!("rank {rank}")));
         }

@@ -116,6 +116,13 @@ pub enum Msg {
         /// Its data listener.
         addr: String,
     },
+    /// Rank -> rendezvous: answered by `Ok` after everything the rendezvous sent this rank
+    /// before (a process that learned a spawned process's identity from a peer catches up
+    /// with the `Joined` that introduced it).
+    Sync {
+        /// Request id.
+        req: u64,
+    },
     /// Rendezvous -> rank: a rank left the job (`crashed`: without saying goodbye).
     Gone {
         /// The rank.
@@ -296,6 +303,10 @@ impl Msg {
                 w.u32(*rank);
                 w.proc(*proc);
             }
+            Msg::Sync { req } => {
+                w.u8(14);
+                w.u64(*req);
+            }
             Msg::Joined { rank, proc, addr } => {
                 w.u8(13);
                 w.u32(*rank);
@@ -388,6 +399,7 @@ impl Msg {
                 rank: r.u32()?,
                 proc: r.proc()?,
             },
+            14 => Msg::Sync { req: r.u64()? },
             13 => Msg::Joined {
                 rank: r.u32()?,
                 proc: r.proc()?,
@@ -562,6 +574,7 @@ mod tests {
                 proc: p,
                 addr: "10.0.0.1:7".into(),
             },
+            Msg::Sync { req: 6 },
             Msg::Import {
                 req: 7,
                 owner: 8,

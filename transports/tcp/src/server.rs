@@ -77,7 +77,7 @@ impl State {
 }
 
 /// A rank that never joined (its spawn failed or is under way).
-const NOBODY: ProcId = ProcId {
+pub const NOBODY: ProcId = ProcId {
     node: u32::MAX,
     squid: 0,
 };
@@ -308,12 +308,14 @@ fn join_spawned(st: &mut State, rank: usize, ip: &str) {
         Some(j) if !st.gone[r] => j.listen.clone(),
         _ => String::new(),
     };
-    let addrs: Vec<String> = (0..=rank).map(|r| listen(st, r)).collect();
+    // Every process so far, spawned ones that joined before it included (a spawn asked for
+    // later may say hello first): all of them connect to it.
+    let addrs: Vec<String> = (0..st.count()).map(|r| listen(st, r)).collect();
     reply(
         st,
         rank,
         &Msg::Welcome {
-            procs: st.procs[..=rank].to_vec(),
+            procs: st.procs.clone(),
             hosts: st.nodes.clone(),
             addrs,
         },
@@ -476,6 +478,7 @@ fn request(inner: &Inner, rank: usize, m: Msg) {
                 Err(e) => reply(&st, rank, &err(req, &e)),
             }
         }
+        Msg::Sync { req } => reply(&st, rank, &Msg::Ok { req }),
         Msg::Unexport { req, buf } => {
             let m = match st.registry.unexport(me, buf) {
                 Ok(_) => Msg::Ok { req },
