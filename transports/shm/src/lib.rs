@@ -12,6 +12,13 @@
 //! descriptors an importer maps. Each receive buffer has a control block in shared memory with
 //! a revocation word and one in-flight counter per rank, so `unexport` can break every link
 //! and wait for the transfers in progress without a round trip to any importer.
+//!
+//! A job grows by `vmmc_Spawn` into the slots reserved at the start (`vmmc-run --spawn-slots K`,
+//! `VMMC_CAPACITY`): the status page, every notification ring (one lane per possible sender)
+//! and every control block hold the initial ranks plus K. A spawned process takes the next
+//! rank, and its squid is rank + 1 like every rank's, so a process told its identity resolves
+//! it from the status page (joined once its state leaves STARTING) without any table; its
+//! loss shows there too.
 
 pub mod proto;
 pub mod server;

@@ -26,6 +26,14 @@
 //! waits): the others still need the trusted party.
 //! `VMMC_TCP_STATS=PATH` writes this rank's statistics as JSON at exit (`{rank}` in PATH is
 //! replaced by the rank). Ranks must share byte order (a notification's value is a native word).
+//!
+//! A job grows by `vmmc_Spawn` (see `Endpoint::spawn`) when a launcher hosts the rendezvous:
+//! the new process gets the next rank (beyond the initial size, never reused) and the next
+//! squid of its node; the rendezvous welcomes it with every process so far and tells the
+//! others (`Joined`), which connect to it and fill its slot in their peer tables. Those tables
+//! hold the initial ranks plus [`MAX_SPAWNED`], filled once, so the progress engine and the
+//! senders read them without a lock; a spawned process is lost like any rank, by its
+//! connections and the rendezvous's `Gone`.
 
 mod engine;
 pub mod proto;
