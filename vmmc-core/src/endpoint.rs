@@ -343,6 +343,9 @@ impl Endpoint {
     ///
     /// Under `vmmc-run`: tcp grows a job by up to 256 processes; shm by the `--spawn-slots`
     /// reserved at the start, which size its shared tables (a failed spawn uses a slot too).
+    /// A process's [`Endpoint::hosts`] stay those it joined with: a spawned process on a node
+    /// new to the job has a node id that older processes cannot name (`node_to_name` is
+    /// `None`), though they reach it like any other.
     ///
     /// Errors: [`Error::SpawnFailed`] for an unknown host, a program that cannot be started,
     /// a process that ended before it joined, or no slot left; [`Error::Unsupported`] where
