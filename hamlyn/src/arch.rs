@@ -1362,12 +1362,12 @@ impl Hamlyn {
     /// `poll_nowait` (§3.3): the next arrival for `class`. Notification entries for other
     /// classes met on the way are recorded in their classes' arrival queues.
     pub fn poll_class(&mut self, class: u64) -> Result<Option<NqEntry>> {
-        if let Some(e) = self
-            .classes
-            .get_mut(class as usize)
-            .ok_or(Error::NoSuch("receive class"))?
-            .pop_front()
-        {
+        // Matched, not `ok_or`: this is the receive loop's turn, which must not make and
+        // drop an error value on every call.
+        let Some(q) = self.classes.get_mut(class as usize) else {
+            return Err(Error::NoSuch("receive class"));
+        };
+        if let Some(e) = q.pop_front() {
             return Ok(Some(e));
         }
         while let Some(e) = self.h_recv()? {

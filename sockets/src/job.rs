@@ -299,7 +299,12 @@ impl JobCtl {
                     // Resending the request changes nothing for a listener that has it; a
                     // listener that closed refuses the write.
                     if let Err(e) = p.listen.send(p.offset, &p.request) {
-                        return Err(refused(format!("the listener closed: {e}")));
+                        // A listener may answer and close between the last look and this
+                        // resend (its answer is in place before its close is seen): the
+                        // connection is then accepted, not refused.
+                        if !answered() {
+                            return Err(refused(format!("the listener closed: {e}")));
+                        }
                     }
                 }
                 Ok(())

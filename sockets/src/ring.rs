@@ -231,18 +231,6 @@ fn line_offset(base: *const u8) -> usize {
     HEADER.wrapping_sub(base as usize) & 63
 }
 
-/// Copies `src` into `dst` (of the same length), the bulk to a destination on a cache line
-/// (see `line_offset`).
-fn copy_to_line(dst: &mut [u8], src: &[u8]) {
-    let head = (dst.as_ptr() as usize).wrapping_neg() & 63;
-    if src.len() >= 1024 && head != 0 {
-        dst[..head].copy_from_slice(&src[..head]);
-        dst[head..].copy_from_slice(&src[head..]);
-    } else {
-        dst.copy_from_slice(src);
-    }
-}
-
 /// Waits up to `timeout` for `fd` to be readable (or hung up).
 #[allow(unsafe_code)]
 fn poll_in(fd: RawFd, timeout: Duration) {
@@ -976,7 +964,7 @@ impl Conn {
                     // propagates the stored range to the peer's ring. The image's byte for
                     // ring position `at` sits at the same offset within its cache line.
                     let i = line_offset(tx.au_image.as_ptr()) + at;
-                    copy_to_line(&mut tx.au_image[i..i + piece.len()], piece);
+                    vmmc::region::copy_bytes(&mut tx.au_image[i..i + piece.len()], piece);
                     out.write(HEADER + at, &tx.au_image[i..i + piece.len()])
                         .map_err(io::Error::other)?;
                     add(&COUNTERS.sends_au, 1);

@@ -453,3 +453,43 @@ fn shm_all_to_all() {
         all_to_all(&vmmc_run::init().unwrap(), variant_from_env())
     });
 }
+
+/// A listener closed right after its accept leaves the accepted connection working, as a
+/// kernel's does, also when the connecting side waits for the accept while it happens.
+fn listener_closed_after_accept(ep: &Endpoint, variant: Variant, rounds: u32) {
+    for round in 0..rounds {
+        let word = round.to_le_bytes();
+        if ep.rank() == 0 {
+            let l = JobListener::bind_with(ep, PORT + 6, opts(variant)).expect("bind");
+            let (s, _) = l.accept().expect("accept");
+            drop(l);
+            let mut b = [0u8; 4];
+            (&s).read_exact(&mut b)
+                .expect("read after the listener closed");
+            assert_eq!(b, word, "round {round}");
+            (&s).write_all(&b).expect("echo");
+        } else {
+            let s = VmmcStream::connect_job_with(ep, 0, PORT + 6, opts(variant)).expect("connect");
+            (&s).write_all(&word)
+                .unwrap_or_else(|e| panic!("round {round}: write: {e}"));
+            let mut b = [0u8; 4];
+            (&s).read_exact(&mut b).expect("echo");
+            assert_eq!(b, word, "round {round}");
+        }
+    }
+}
+
+#[test]
+fn sim_listener_closed_after_accept() {
+    all_ok(
+        &on_sim(2, |ep| listener_closed_after_accept(ep, Variant::Du1, 50)),
+        "du1",
+    );
+}
+
+#[test]
+fn shm_listener_closed_after_accept() {
+    shm_job("shm_listener_closed_after_accept", 2, Variant::Du1, || {
+        listener_closed_after_accept(&vmmc_run::init().unwrap(), variant_from_env(), 300)
+    });
+}

@@ -363,6 +363,20 @@ fn map_fd(fd: RawFd, len: usize) -> Result<*mut u8> {
     Ok(ptr.cast())
 }
 
+/// Copies `src` into `dst` as the core's own copies do: a copy of [`ALIGN_DST_ABOVE`] bytes
+/// or more between different offsets within a cache line brings the destination to a
+/// 64-byte boundary first, which keeps AMD EPYC's `rep movsb` at full speed. For libraries
+/// that copy between their own buffers (a socket ring's images).
+///
+/// # Panics
+/// If the lengths differ, as [`slice::copy_from_slice`].
+#[inline]
+pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
+    // SAFETY: two valid slices of the same length; a `&mut` cannot overlap a `&`.
+    unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), dst.len()) }
+}
+
 /// `copy_nonoverlapping` with the sizes of single values made constant, so that a word or a
 /// double word is one load and one store instead of a call to the C library's memmove (the
 /// element accessors of shared virtual memory copy one value at a time).
@@ -395,7 +409,7 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
 /// and the source sits at another offset within its cache line: 2.5 against 38 GB/s for
 /// 32 KiB, measured on this machine with the C library's `memcpy`. A socket ring's reader
 /// copying into a program's buffer, and a two-copy writer, met it on every chunk.
-const ALIGN_DST_ABOVE: usize = 1024;
+pub const ALIGN_DST_ABOVE: usize = 1024;
 
 #[cfg(test)]
 mod tests {

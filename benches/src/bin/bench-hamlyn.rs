@@ -88,7 +88,8 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
     let buf = ep.alloc(max + 64, MemKind::Shared)?;
     ep.export(RAW_BUF, &buf, ExportOptions::new())?;
     let proxy = ep.import(ep.proc_of(peer_rank)?, RAW_BUF)?;
-    let mut data = vec![0x5au8; max];
+    // At least 64 bytes: the breakdown sends a 16 B message and its header as 64 B.
+    let mut data = vec![0x5au8; max.max(64)];
     let mut seq = 0u32;
     let mut raw = BTreeMap::new();
     let raw_send_ns: f64;

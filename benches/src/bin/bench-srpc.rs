@@ -5,7 +5,8 @@
 //!   (stubs generated from `benches/idl/sweep.idl` by the build script);
 //! - **VRPC**: the SunRPC-compatible VRPC, null procedure and echo of the same bytes
 //!   (`rpc-peer vrpc --sizes ...`);
-//! - **raw-DU**, **raw-AU**: the bytes and a flag word, there and back, with nothing else;
+//! - **raw-DU**, **raw-AU**: the bytes and a flag word, there and back, each side taking out
+//!   the bytes that came (as stubs take arguments and results), with nothing else;
 //!
 //! all on the shared-memory transport, two processes under `vmmc-run -n 2` (`srpc-peer`); and,
 //! against the paper, the same contenders on the simulated SHRIMP in virtual time (`-sim`),
@@ -15,7 +16,8 @@
 //! of the machine hits all of them; each figure is the median over rounds of each round's
 //! median call (the simulator is deterministic: one round). Prints the table, the ratios with
 //! the targets (SHRIMP RPC's null round trip <= 1/3 of VRPC's and <= 1.5x the raw
-//! round trip), writes `srpc.json`.
+//! round trip, its 4 KB and 64 KB `inout` calls <= 1.5x the raw round trip of the same
+//! bytes), writes `srpc.json`.
 //!
 //! `bench-srpc [--rounds K] [--calls N] [--quick] [--no-sim] [--out DIR]` (`--quick`: one
 //! round of 300 calls, for a smoke run; `--help` says more). Build first:
@@ -163,6 +165,17 @@ fn main() {
     for (rpc, raw) in [("SRPC-AU", "raw-AU"), ("SRPC-DU", "raw-DU")] {
         if let (Some(a), Some(b)) = (null(&report, rpc), null(&report, raw)) {
             ratios.push((format!("{rpc} null / {raw} null (target <= 1.5)"), a / b));
+        }
+    }
+    for size in [4096usize, 65_536] {
+        let at = |n: &str| report.at(n, size).map(|p| p.latency_us);
+        for (rpc, raw) in [("SRPC-AU", "raw-AU"), ("SRPC-DU", "raw-DU")] {
+            if let (Some(a), Some(b)) = (at(rpc), at(raw)) {
+                ratios.push((
+                    format!("{rpc} / {raw}, inout {} (target <= 1.5)", size_label(size)),
+                    a / b,
+                ));
+            }
         }
     }
     for size in [4usize, 1024, 65_536] {

@@ -388,13 +388,10 @@ fn worker_vrpc() -> ExitCode {
 /// The sockets workload's wait for its left neighbour's connection.
 static ACCEPT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("chaos.accept");
 
-/// Connects the ring of stream sockets between the ranks: (from the left, to the right, and
-/// the listener, which the caller keeps open: dropped at once, it broke the connection whose
-/// connecting side had not yet seen the accept).
-fn socket_ring(
-    ep: &vmmc::Endpoint,
-    port: u16,
-) -> std::io::Result<(VmmcStream, VmmcStream, JobListener)> {
+/// Connects the ring of stream sockets between the ranks: (from the left, to the right). The
+/// listener closes at once, which must leave the connection it accepted alone (also while
+/// the connecting side has yet to see the accept).
+fn socket_ring(ep: &vmmc::Endpoint, port: u16) -> std::io::Result<(VmmcStream, VmmcStream)> {
     let (me, n) = (ep.rank(), ep.size());
     let l = JobListener::bind(ep, port)?;
     let ep2 = ep.clone();
@@ -420,7 +417,7 @@ fn socket_ring(
     let right = connector
         .join()
         .map_err(|_| std::io::Error::other("connect panicked"))??;
-    Ok((left, right, l))
+    Ok((left, right))
 }
 
 fn worker_sockets() -> ExitCode {
@@ -432,7 +429,7 @@ fn worker_sockets() -> ExitCode {
     let me = ep.rank();
     let mut hops = 0u64;
     let r = (|| -> std::io::Result<()> {
-        let (mut left, mut right, _listener) = socket_ring(&ep, 24)?;
+        let (mut left, mut right) = socket_ring(&ep, 24)?;
         if me == 0 {
             right.write_all(&1u64.to_ne_bytes())?;
         }
@@ -463,7 +460,7 @@ fn worker_sockets_bulk() -> ExitCode {
     let me = ep.rank();
     let mut got = 0u64;
     let r = (|| -> std::io::Result<()> {
-        let (mut left, mut right, _listener) = socket_ring(&ep, 25)?;
+        let (mut left, mut right) = socket_ring(&ep, 25)?;
         // A writer streams 64 KiB blocks to the right; a loss there ends this rank too.
         std::thread::spawn(move || {
             let mut block = vec![0u8; 64 << 10];

@@ -7,7 +7,10 @@
 //! - (VRPC, the null procedure and the echo of the same bytes, is `rpc-peer vrpc --sizes`.)
 //! - `raw-du`, `raw-au`: the raw VMMC round trip: the same bytes plus a flag word right after
 //!   them, sent (DU) or stored (AU) into the peer's buffer, and back, with the waiting the RPCs
-//!   use (`Region::wait_u32`). No marshalling, no dispatch: what the transport allows.
+//!   use (`Region::wait_u32`); each side copies out the bytes that came, as the server's stub
+//!   takes its arguments and the client's its results (bytes nobody reads stay in the
+//!   sender's cache: such a round trip would move nothing between the cores). No
+//!   marshalling, no dispatch: what the transport allows.
 //!
 //! Each call is timed alone (after a tenth as many untimed warm-up calls); the line printed
 //! is one JSON [`Series`]: per size, `latency_us` is the median round trip and `bandwidth_mbs`
@@ -213,6 +216,10 @@ fn raw(
         let want = seq;
         mine.wait_u32(size, |v| v == want, || ep.check_peer(peer))
             .map_err(e)?;
+        // The bytes that came are taken out (the server echoes them, the client keeps the
+        // reply), as an RPC's stubs take its arguments and results: data that nobody reads
+        // never leaves the sender's cache, and a round trip that moves it must.
+        mine.read(0, &mut msg[..size]).map_err(e)?;
         if !first {
             send(&msg[..size + 4]).map_err(e)?;
         }

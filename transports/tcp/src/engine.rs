@@ -249,6 +249,11 @@ fn begin(sh: &Shared, conn: &Conn, rx: &mut Rx, h: Header) -> std::result::Resul
         }
         kind::BYE => {
             conn.saw_bye.store(true, Ordering::Release);
+            // A send that met the peer's reset before this goodbye was read took it for a
+            // crash: it was not one.
+            let _ = conn
+                .state
+                .compare_exchange(LOST, ENDED, Ordering::AcqRel, Ordering::Acquire);
             Dest::Discard
         }
         _ => return Err(()),

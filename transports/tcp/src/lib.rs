@@ -67,6 +67,9 @@ pub const STATS_VAR: &str = "VMMC_TCP_STATS";
 const CONNECT_WAIT: Duration = Duration::from_secs(60);
 /// How long leaving waits for peers to acknowledge the last bytes sent to them.
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
+/// How long [`TcpTransport::peer_crashed`] waits for the rendezvous's verdict on a peer
+/// whose connection broke without a goodbye.
+pub const VERDICT_WAIT: Duration = Duration::from_secs(2);
 /// Granularity at which blocked senders look for a lost peer.
 const SLICE: Duration = Duration::from_millis(100);
 /// Chunk of a message into a redirectable buffer (redirection is consulted between chunks).
@@ -259,6 +262,8 @@ struct Conn {
     /// The rendezvous reported the peer gone (ENDED or LOST): the progress engine reads what
     /// the connection still holds, then marks it.
     reported: AtomicU32,
+    /// The rendezvous's report, kept (`reported` is taken by the progress engine).
+    verdict: AtomicU32,
 }
 
 impl Conn {
@@ -276,6 +281,7 @@ impl Conn {
             state: AtomicU32::new(ALIVE),
             saw_bye: AtomicBool::new(false),
             reported: AtomicU32::new(ALIVE),
+            verdict: AtomicU32::new(ALIVE),
         }))
     }
 
@@ -295,6 +301,14 @@ impl Conn {
     }
 
     fn mark(&self, state: u32) {
+        // A peer that said goodbye left cleanly, whatever its socket does next: closed with
+        // our last frames unread, it answers them with a reset, which a send or a read here
+        // then meets.
+        let state = if state == LOST && self.saw_bye.load(Ordering::Acquire) {
+            ENDED
+        } else {
+            state
+        };
         let _ = self
             .state
             .compare_exchange(ALIVE, state, Ordering::AcqRel, Ordering::Acquire);
@@ -1034,14 +1048,40 @@ impl TcpTransport {
         }
     }
 
-    /// Whether `rank` died without leaving the job cleanly, as the rendezvous reported it
-    /// (or as its connection broke, while this process has not started to leave).
+    /// Whether `rank` died without leaving the job cleanly, as the rendezvous reported it.
+    /// A peer whose connection broke without a goodbye on it, and whose report has not come
+    /// yet, while this process has not started to leave, is waited for up to
+    /// [`VERDICT_WAIT`] (a peer that left cleanly can break the connection first: closed with
+    /// frames of ours unread, its socket answers with a reset, which may overtake its
+    /// goodbye); without a report by then it counts as crashed.
     pub fn peer_crashed(&self, rank: usize) -> bool {
-        self.sh.conns.get(rank).is_some_and(|c| {
-            c.reported.load(Ordering::Acquire) == LOST
-                || (!self.finished.load(Ordering::Acquire)
-                    && c.state.load(Ordering::Acquire) == LOST)
-        })
+        let Some(c) = self.sh.conns.get(rank) else {
+            return false;
+        };
+        let deadline = Instant::now() + VERDICT_WAIT;
+        let mut g = lock(&c.acked);
+        loop {
+            match c.verdict.load(Ordering::Acquire) {
+                LOST => return true,
+                ENDED => return false,
+                _ => {}
+            }
+            if self.finished.load(Ordering::Acquire)
+                || c.saw_bye.load(Ordering::Acquire)
+                || c.state.load(Ordering::Acquire) != LOST
+            {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            g = c
+                .acked_cv
+                .wait_timeout(g, (deadline - now).min(SLICE))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// This rank's statistics so far.
@@ -1198,9 +1238,13 @@ fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>
                 if let Some(c) = sh.conns.get(rank as usize) {
                     // Not at once: the rendezvous may overtake the data connection, whose
                     // frames sent before the peer left must be placed first.
-                    c.reported
-                        .store(if crashed { LOST } else { ENDED }, Ordering::SeqCst);
+                    let how = if crashed { LOST } else { ENDED };
+                    c.verdict.store(how, Ordering::SeqCst);
+                    c.reported.store(how, Ordering::SeqCst);
                     let _ = sh.waker.wake();
+                    // A `peer_crashed` may wait for this verdict.
+                    let _g = lock(&c.acked);
+                    c.acked_cv.notify_all();
                 }
             }
             Ok(Some(Msg::Joined { rank, proc, addr })) => {

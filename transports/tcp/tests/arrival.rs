@@ -238,6 +238,47 @@ fn idle(_t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
     Ok(())
 }
 
+/// Rank 1 leaves the job cleanly while rank 0 still writes to it: rank 1's socket closes
+/// with frames unread, and the kernel answers them with a reset. Rank 1 said goodbye first,
+/// so rank 0 must not take it for a crash (under mpi a crashed peer means leaving without
+/// `MPI_Finalize`, which mpirun reports as a failed job).
+fn left_cleanly(t: &Arc<TcpTransport>, ep: &Endpoint) -> Check {
+    let mut sync = Sync::new(ep)?;
+    const BUF: u32 = 9;
+    let r = ctx(ep.alloc(4096, MemKind::Shared), "alloc")?;
+    ctx(ep.export(BUF, &r, ExportOptions::new()), "export")?;
+    sync.barrier()?;
+    let one = ctx(ep.proc_of(1), "rank")?;
+    let p = match ep.rank() {
+        0 => ctx(ep.import(one, BUF), "import")?,
+        _ => {
+            sync.barrier()?;
+            return Ok(());
+        }
+    };
+    sync.barrier()?;
+    let start = Instant::now();
+    let mut sent = 0u64;
+    // Writes until rank 1 is gone: the last ones reach a process that no longer reads.
+    loop {
+        match p.send(0, &[7u8; 4096]) {
+            Ok(()) => sent += 1,
+            Err(Error::PeerLost(_)) | Err(Error::Unexported) => break,
+            Err(e) => return Err(format!("write {sent}: {e}")),
+        }
+        if start.elapsed() > LIMIT {
+            return Err("rank 1 never left".into());
+        }
+    }
+    vmmc::conformance::wait_for(ep, None, "rank 1's departure", || !ep.peer_alive(one))?;
+    if t.peer_crashed(1) {
+        return Err(format!(
+            "rank 1 left cleanly (after {sent} writes) but is taken for crashed"
+        ));
+    }
+    Ok(())
+}
+
 type Body = fn(&Arc<TcpTransport>, &Endpoint) -> Check;
 
 fn body(name: &str) -> Body {
@@ -247,6 +288,7 @@ fn body(name: &str) -> Body {
         "rank0_hosts" => rank0_hosts,
         "self_import" => self_import,
         "idle" => idle,
+        "left_cleanly" => left_cleanly,
         _ => panic!("no case {name}"),
     }
 }
@@ -382,6 +424,15 @@ fn main() {
         let t = Instant::now();
         let (_rv, mut kids) = spawn("idle", 2, true);
         report("an_idle_job_burns_no_cpu", t, all_ok(&wait_all(&mut kids)));
+    }
+    if "a_peer_that_left_cleanly_is_no_crash".contains(&filter) {
+        // Ten jobs: the reset comes only when rank 1 closes with frames unread.
+        let t = Instant::now();
+        let r = (0..10).try_for_each(|_| {
+            let (_rv, mut kids) = spawn("left_cleanly", 2, true);
+            all_ok(&wait_all(&mut kids))
+        });
+        report("a_peer_that_left_cleanly_is_no_crash", t, r);
     }
     if "killed_peer_is_lost_survivors_go_on".contains(&filter) {
         let t = Instant::now();
