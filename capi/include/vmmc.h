@@ -52,6 +52,7 @@ extern "C" {
 #define VMMC_ERR_BOOTSTRAP            (-17) /* cannot join the job, or after vmmc_Finalize */
 #define VMMC_ERR_PROTOCOL             (-18) /* malformed message from a peer */
 #define VMMC_ERR_SYSTEM               (-19) /* a system call failed */
+#define VMMC_ERR_SPAWN                (-20) /* spawn failed: unknown host, no such program */
 
 /* ----- identity ----- */
 
@@ -87,6 +88,31 @@ int vmmc_NodeToName(int node, char *buf, int len);
 int vmmc_NameToNode(const char *name);
 /* 1 if a and b are the same node, 0 otherwise. */
 int vmmc_EqualNode(int a, int b);
+
+/* ----- sessions and spawning ----- */
+
+/* Host names of this session, separated by newlines; as vmmc_MyHostName. The session is the
+ * hosts the job was started on: those of `vmmc-run --hosts H1,H2,...`, else this host.
+ * Windows NT's session administration (VMMCSVR, CFGVMMC: a session name, user and password,
+ * a drive letter, a network share, an output logging directory) has no counterpart on
+ * Linux: a process sees the file systems of its host, its output goes to the launcher, and
+ * processes on other hosts are started by the site's remote-shell agent (ssh, or
+ * --rsh / VMMC_RSH), never by a daemon of ours. */
+int vmmc_SessionHosts(char *buf, int len);
+/* Starts `program` (a path, or a name looked up in PATH) with the arguments argv (a
+ * NULL-terminated array without the program name; NULL for none) on `host`, one of
+ * vmmc_SessionHosts() or "localhost", as a new process of this job. Returns 0 once the new
+ * process has joined, with its node and squid in *node and *squid (NULL pointers allowed):
+ * it has a new squid, its vmmc_Parent() is the caller, and it imports and exports like any
+ * process of the job (its rank is beyond the ranks vmmc-run started, and its vmmc_JobSize()
+ * counts the processes up to it; theirs do not change). The launcher starts it, on another
+ * host through the remote-shell agent. Over tcp a job grows by up to 256 processes; over shm
+ * by the slots `vmmc-run --spawn-slots K` reserved (a failed spawn uses one too).
+ * VMMC_ERR_SPAWN for an unknown host, a program that cannot start, a process that ended
+ * before joining, or no slot left; VMMC_ERR_UNSUPPORTED where nobody can start a process
+ * (sim, mpi, or a job not started by vmmc-run). */
+int vmmc_Spawn(const char *host, const char *program, const char *const *argv, int *node,
+               int *squid);
 
 /* ----- receive-buffer memory ----- */
 

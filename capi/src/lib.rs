@@ -338,6 +338,71 @@ pub unsafe extern "C" fn vmmc_AllHosts(buf: *mut c_char, len: c_int) -> c_int {
     })
 }
 
+/// `vmmc_SessionHosts`: the hosts of this session (`vmmc-run --hosts`, else this host),
+/// separated by newlines.
+///
+/// # Safety
+/// `buf` is NULL (with `len == 0`) or valid for writes of `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vmmc_SessionHosts(buf: *mut c_char, len: c_int) -> c_int {
+    call(|| {
+        let all = ep()?.session_hosts().join("\n");
+        // SAFETY: the caller's contract on `buf`/`len`.
+        unsafe { copy_out(&all, buf, len) }
+    })
+}
+
+/// `vmmc_Spawn`: starts `program` with the NULL-terminated `argv` (without the program
+/// name; NULL for none) on `host` as a new process of the job; its node and squid go to
+/// `node` and `squid` (NULL allowed).
+///
+/// # Safety
+/// `host` and `program` are NULL or NUL-terminated; `argv` is NULL or a NULL-terminated
+/// array of NUL-terminated strings; `node` and `squid` are NULL or valid for writing an int.
+#[no_mangle]
+pub unsafe extern "C" fn vmmc_Spawn(
+    host: *const c_char,
+    program: *const c_char,
+    argv: *const *const c_char,
+    node: *mut c_int,
+    squid: *mut c_int,
+) -> c_int {
+    call(|| {
+        let text = |p: *const c_char, what: &'static str| -> Res<String> {
+            if p.is_null() {
+                return Err(invalid(what));
+            }
+            // SAFETY: non-null and NUL-terminated (caller's contract).
+            let c = unsafe { CStr::from_ptr(p) };
+            Ok(c.to_str()
+                .map_err(|_| invalid("spawn argument not UTF-8"))?
+                .to_string())
+        };
+        let host = text(host, "NULL host")?;
+        let program = text(program, "NULL program")?;
+        let mut args = Vec::new();
+        if !argv.is_null() {
+            for i in 0.. {
+                // SAFETY: a NULL-terminated array (caller's contract): every index up to the
+                // terminator is readable.
+                let a = unsafe { *argv.add(i) };
+                if a.is_null() {
+                    break;
+                }
+                args.push(text(a, "NULL argument")?);
+            }
+        }
+        let p = ep()?.spawn(&host, &program, &args)?;
+        let (n, s) = (to_int(p.node)?, to_int(p.squid)?);
+        // SAFETY: NULL or valid for writes (this function's contract).
+        unsafe {
+            put(node, n);
+            put(squid, s);
+        }
+        Ok(0)
+    })
+}
+
 /// `vmmc_NodeToName`: the host name of `node`.
 ///
 /// # Safety

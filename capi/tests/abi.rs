@@ -151,6 +151,7 @@ fn error_codes_are_the_rust_codes() {
             "SYSTEM",
             Error::io("x", std::io::Error::from_raw_os_error(1)),
         ),
+        ("SPAWN", Error::SpawnFailed("x".into())),
     ];
     let header = header_codes();
     for (name, e) in &expected {
@@ -211,6 +212,8 @@ fn the_library_exports_every_call_with_the_rust_error_texts() {
         "vmmc_NodeToName",
         "vmmc_NameToNode",
         "vmmc_EqualNode",
+        "vmmc_SessionHosts",
+        "vmmc_Spawn",
         "vmmc_AllocRecvBuf",
         "vmmc_FreeRecvBuf",
         "vmmc_ExportRecvBuf",

@@ -20,6 +20,37 @@ pub mod vars {
     pub const RENDEZVOUS: &str = "VMMC_RENDEZVOUS";
     /// Job id.
     pub const JOB: &str = "VMMC_JOB";
+    /// The session's hosts, comma-separated (`vmmc_SessionHosts`): `vmmc-run --hosts`, else
+    /// the launcher's host.
+    pub const HOSTS: &str = "VMMC_HOSTS";
+    /// `node:squid` of the process that spawned this one (`vmmc_Parent`).
+    pub const PARENT: &str = "VMMC_PARENT";
+    /// How many processes the job may hold, spawned ones included (shm sizes its tables for
+    /// them at the start: `vmmc-run --spawn-slots`); default `VMMC_SIZE`.
+    pub const CAPACITY: &str = "VMMC_CAPACITY";
+}
+
+/// The session's hosts as the launcher wrote them in [`vars::HOSTS`] (duplicates dropped,
+/// order kept), or `None` when no launcher of ours set them.
+pub fn session_hosts_from_env() -> Option<Vec<String>> {
+    let v = std::env::var(vars::HOSTS).ok()?;
+    let mut out: Vec<String> = Vec::new();
+    for h in v.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        if !out.iter().any(|o| o == h) {
+            out.push(h.to_string());
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The spawner named in [`vars::PARENT`] (`node:squid`), if any.
+pub fn parent_from_env() -> Option<crate::ProcId> {
+    let v = std::env::var(vars::PARENT).ok()?;
+    let (n, s) = v.split_once(':')?;
+    Some(crate::ProcId {
+        node: n.trim().parse().ok()?,
+        squid: s.trim().parse().ok()?,
+    })
 }
 
 /// Where the rank came from.

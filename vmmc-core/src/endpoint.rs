@@ -268,11 +268,23 @@ impl Endpoint {
     pub fn rank(&self) -> usize {
         self.job().rank
     }
-    /// Number of processes in the job.
+    /// Number of processes in the job as this process joined it: the ranks the launcher
+    /// started, `0..size`, plus, for a process that [`Endpoint::spawn`] started, the
+    /// processes spawned before it (its own rank is then `size - 1`).
+    ///
+    /// A job grows by [`Endpoint::spawn`] but `size` never changes under a running process:
+    /// ranks, and [`Endpoint::proc_of`], keep meaning what they meant when it joined (as
+    /// `MPI_COMM_WORLD` does under `MPI_Comm_spawn`). A spawned process is named by the
+    /// [`ProcId`] that `spawn` returns (its squid is new in the job and never reused); every
+    /// process of the job can import from it and it from them, its liveness is reported by
+    /// [`Endpoint::peer_alive`] like any rank's, and the trusted party keeps its exports in
+    /// the same table. The spawner passes its identity on to the others as data.
     pub fn size(&self) -> usize {
         self.job().size
     }
-    /// Identity of a rank.
+    /// Identity of a rank, `0..size()`. In a spawned process this covers the processes
+    /// spawned before it too; a rank whose spawn failed names no process (its peer is never
+    /// alive). Processes that join after this one are named by the `ProcId` their spawner got.
     pub fn proc_of(&self, rank: usize) -> Result<ProcId> {
         self.job()
             .procs
@@ -300,6 +312,56 @@ impl Endpoint {
             .position(|h| h == name)
             .map(|i| i as NodeId)
     }
+    /// The hosts of this session (`vmmc_SessionHosts`): the hosts `vmmc-run --hosts` named,
+    /// in that order, or this host's name for a job on one host. [`Endpoint::spawn`] takes
+    /// one of them. (On Windows NT a session was also a drive letter, a network share and a
+    /// logging directory set up by CFGVMMC; Linux has no counterpart: a process sees the
+    /// file systems of the host it runs on, and `vmmc-run` forwards output.)
+    pub fn session_hosts(&self) -> Vec<String> {
+        if let Some(h) = crate::bootstrap::session_hosts_from_env() {
+            return h;
+        }
+        if self.transport_name() == "tcp" || self.transport_name() == "mpi" {
+            // Nodes are told apart by address there; the session names the host.
+            let mut out: Vec<String> = Vec::new();
+            if let Some(h) = local_host_name() {
+                out.push(h);
+            }
+            if self.hosts().len() <= 1 {
+                return out;
+            }
+        }
+        self.hosts().to_vec()
+    }
+
+    /// Starts `program args...` on `host` as a new process of this job (`vmmc_Spawn`, seed
+    /// 004) and returns its identity once it has joined. The launcher starts it (`vmmc-run`
+    /// runs it on `host` as it runs ranks: directly for this host, through the remote-shell
+    /// agent for the hosts of `--hosts`); it gets a new squid, [`Endpoint::parent`] names
+    /// this process, and it imports and exports like every other process. `host` must be one
+    /// of [`Endpoint::session_hosts`] (or `localhost`).
+    ///
+    /// Under `vmmc-run`: tcp grows a job by up to 256 processes; shm by the `--spawn-slots`
+    /// reserved at the start, which size its shared tables (a failed spawn uses a slot too).
+    /// A process's [`Endpoint::hosts`] stay those it joined with: a spawned process on a node
+    /// new to the job has a node id that older processes cannot name (`node_to_name` is
+    /// `None`), though they reach it like any other.
+    ///
+    /// Errors: [`Error::SpawnFailed`] for an unknown host, a program that cannot be started,
+    /// a process that ended before it joined, or no slot left; [`Error::Unsupported`] where
+    /// nobody can start a process: sim, mpi (`MPI_Comm_spawn` is not wired in), and shm or
+    /// tcp jobs whose trusted party is not `vmmc-run` (a job of one, or an MPI launcher's).
+    pub fn spawn(&self, host: &str, program: &str, args: &[String]) -> Result<ProcId> {
+        if host.is_empty() || program.is_empty() {
+            return Err(Error::InvalidArgument("spawn needs a host and a program"));
+        }
+        self.sh.t.spawn(&crate::transport::SpawnSpec {
+            host,
+            program,
+            args,
+        })
+    }
+
     /// The VMMC process that started this one, if any (`vmmc_Parent`).
     pub fn parent(&self) -> Option<ProcId> {
         self.job().parent
@@ -925,6 +987,19 @@ impl Proxy {
     pub fn fence(&self) -> Result<()> {
         self.inner.remote.fence()
     }
+}
+
+/// This host's name (`gethostname`).
+fn local_host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer of the length given; gethostname NUL-terminates within it or
+    // truncates, and we stop at the first NUL.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return None;
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 #[cfg(test)]

@@ -77,6 +77,10 @@ pub enum Error {
     /// A malformed message from a peer or from the trusted party.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// `vmmc_Spawn` could not start the process (unknown host, missing program, the
+    /// launcher refused, or the process ended before it joined the job).
+    #[error("spawn failed: {0}")]
+    SpawnFailed(String),
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {
@@ -109,6 +113,7 @@ const CODES: &[(i32, &str)] = &[
     (-17, "bootstrap error"),
     (-18, "protocol error"),
     (-19, "system call failed"),
+    (-20, "spawn failed"),
 ];
 
 impl Error {
@@ -134,6 +139,7 @@ impl Error {
             Error::Bootstrap(_) => -17,
             Error::Protocol(_) => -18,
             Error::Io { .. } => -19,
+            Error::SpawnFailed(_) => -20,
         }
     }
 
@@ -198,6 +204,7 @@ mod tests {
             Error::Bootstrap("x".into()),
             Error::Protocol("x".into()),
             Error::io("x", io::Error::from_raw_os_error(1)),
+            Error::SpawnFailed("x".into()),
         ];
         let mut seen = std::collections::HashSet::new();
         for e in &samples {

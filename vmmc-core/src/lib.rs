@@ -39,7 +39,9 @@ pub use error::{error_str, Error, Result};
 pub use notify::Handler;
 pub use redirect::Redirected;
 pub use region::{MemKind, Region};
-pub use transport::{Caps, ExportSpec, ImportPoll, RemoteBuffer, Transport, Window, WriteOpts};
+pub use transport::{
+    Caps, ExportSpec, ImportPoll, RemoteBuffer, SpawnSpec, Transport, Window, WriteOpts,
+};
 pub use types::{
     page_size, BufId, Importers, JobInfo, NodeId, Notification, ProcId, Squid, VERSION, WORD_SIZE,
 };

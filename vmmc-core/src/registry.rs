@@ -1,6 +1,10 @@
 //! The trusted party's tables (seed 003 §3.3: "trusted servers ... establish import/export
 //! mappings"): exports with their permissions, imports waiting for an export, and squids.
 //!
+//! A process spawned into a running job (`vmmc_Spawn`) is one more `ProcId` here: its exports,
+//! imports and departure are kept like any rank's; the transport gives it a squid no process
+//! of the job had.
+//!
 //! Pure bookkeeping, with no I/O: a transport hosts it where its trusted party runs (the shm
 //! launcher's rendezvous, the sim transport's kernel) and moves the replies itself. `H` is the
 //! transport's handle for an export (for shm: the descriptors an importer maps).
@@ -8,6 +12,27 @@
 use crate::error::{Error, Result};
 use crate::types::{BufId, Importers, ProcId, Squid};
 use std::collections::{HashMap, HashSet};
+
+/// What a launcher is asked to start for `vmmc_Spawn` (see `Endpoint::spawn`): the trusted
+/// party reserved a rank for it and waits for its hello.
+#[derive(Clone, Debug)]
+pub struct SpawnOrder {
+    /// The new process's rank (`VMMC_RANK`; its `VMMC_SIZE` is `rank + 1`).
+    pub rank: usize,
+    /// The host it runs on.
+    pub host: String,
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The process that asked (`VMMC_PARENT`).
+    pub parent: ProcId,
+}
+
+/// Starts the process of a [`SpawnOrder`]; `Err` says why it could not (unknown host, no
+/// such program). A process that starts and then ends before joining is reported to the
+/// trusted party by the launcher, which fails the spawn.
+pub type Spawner = Box<dyn Fn(&SpawnOrder) -> std::result::Result<(), String> + Send + Sync>;
 
 /// An import that waits for its buffer to be exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -356,6 +356,17 @@ pub(crate) fn write_notify_wait(r: &dyn RemoteBuffer, offset: usize, data: &[u8]
     }
 }
 
+/// What [`Transport::spawn`] starts.
+#[derive(Clone, Copy, Debug)]
+pub struct SpawnSpec<'a> {
+    /// The host, one of the session's hosts (`Endpoint::session_hosts`).
+    pub host: &'a str,
+    /// The program (a path, or a name looked up in the `PATH` of the host).
+    pub program: &'a str,
+    /// Its arguments, without the program name.
+    pub args: &'a [String],
+}
+
 /// A fabric under the VMMC core. Object safe: the core holds it as `Arc<dyn Transport>`.
 pub trait Transport: Send + Sync {
     /// Short name ("shm", "sim", ...).
@@ -423,6 +434,16 @@ pub trait Transport: Send + Sync {
     #[doc(hidden)]
     fn hold_locks(&self, f: &mut dyn FnMut()) {
         f()
+    }
+    /// Starts a new process of the job on `host` (seed 004, `vmmc_Spawn`) through the job's
+    /// trusted party and returns its identity once it has joined: a fresh squid, importable
+    /// and importing like the processes the launcher started. A transport that cannot grow a
+    /// job returns [`Error::Unsupported`].
+    fn spawn(&self, spec: &SpawnSpec<'_>) -> Result<ProcId> {
+        let _ = spec;
+        Err(Error::Unsupported(
+            "vmmc_Spawn: this transport cannot add processes to a running job",
+        ))
     }
     /// Leaves the job cleanly (peers see an exit, not a crash).
     fn finish(&self) -> Result<()> {

@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm|sim|tcp|rdma|mpi] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp|rdma|mpi] [--hosts H1,H2,...] [--rsh AGENT] [--spawn-slots K] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
@@ -9,6 +9,16 @@
 //! is removed at exit, also when ranks crash. The mpi transport's jobs are MPI jobs: for
 //! them vmmc-run becomes `mpirun` (`VMMC_MPIRUN` names another), with `--oversubscribe`,
 //! `--allow-run-as-root` when run as root, and the transport passed on with `-x`.
+//!
+//! `--hosts` places rank k on the k-th host, round-robin (tcp; for mpi it becomes mpirun's
+//! `--host`). Ranks start through the site's remote-shell agent, as Open MPI's
+//! `plm_rsh_agent` does (`--rsh`, else `VMMC_RSH`, else `ssh`; e.g. `--rsh "ip netns exec"`),
+//! with the job's environment (every `VMMC_*` variable) on the command line: nothing of ours
+//! runs on the hosts but the ranks. The rendezvous then listens on every address (or on
+//! `--rendezvous`) and the ranks reach it at the address this host uses towards the first
+//! host. A rank's `vmmc_Spawn` comes here: the process starts the same way (on this host
+//! directly, on a host of `--hosts` through the agent) and joins the job (tcp: up to 256;
+//! shm: as many as `--spawn-slots` reserved).
 
 use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
@@ -38,6 +48,17 @@ struct Args {
     /// launchers do; spinning ranks that share a CPU would crawl.
     #[arg(long = "bind-to", value_parser = ["core", "none"])]
     bind_to: Option<String>,
+    /// Hosts to place the ranks on, round-robin, comma-separated (tcp, mpi).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// The remote-shell agent that starts a process on a host: `AGENT HOST COMMAND...`
+    /// (default: `VMMC_RSH`, else ssh).
+    #[arg(long)]
+    rsh: Option<String>,
+    /// How many processes the ranks may spawn (`vmmc_Spawn`) over shm, whose tables are sized
+    /// at the start (tcp needs no reservation). Default 0.
+    #[arg(long = "spawn-slots", default_value_t = 0)]
+    spawn_slots: usize,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -74,6 +95,12 @@ fn exec_mpirun(args: &Args) -> Result<ExitCode, String> {
     }
     if let Some(b) = &args.bind_to {
         cmd.args(["--bind-to", b]);
+    }
+    if !args.hosts.is_empty() {
+        cmd.args(["--host", &args.hosts.join(",")]);
+    }
+    if let Some(a) = &args.rsh {
+        cmd.args(["--mca", "plm_rsh_agent", a]);
     }
     // A new job: not the MPI identity of a process that started us (an MPI singleton, such
     // as a test harness that made a job of one, carries its own in the environment, and
@@ -177,9 +204,14 @@ impl Trusted {
             Trusted::Tcp(rv) => rv.mark_dead(rank),
         }
     }
-    fn mark_ended(&self, rank: usize) {
-        if let Trusted::Shm(rv) = self {
-            rv.mark_ended(rank);
+    /// Whether `rank` was a spawned process that never joined (its spawner is told).
+    fn mark_ended(&self, rank: usize, how: &str) -> bool {
+        match self {
+            Trusted::Shm(rv) => {
+                rv.mark_ended(rank);
+                rv.spawn_ended(rank, how)
+            }
+            Trusted::Tcp(rv) => rv.mark_ended(rank, how),
         }
     }
 }
@@ -204,6 +236,15 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
             vmmc_run::TRANSPORTS.join(", ")
         ));
     }
+    if !args.hosts.is_empty() && !["tcp", "rdma", "mpi"].contains(&transport.as_str()) {
+        return Err(format!(
+            "--hosts places ranks on other hosts over the tcp, rdma or mpi transport, not \
+             {transport}"
+        ));
+    }
+    if args.hosts.iter().any(|h| h.trim().is_empty()) {
+        return Err("--hosts has an empty host name".into());
+    }
     if transport == "sim" {
         return run_sim(&args);
     }
@@ -221,47 +262,257 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
     let cleanup = Cleanup(dir.clone());
     let sock = dir.join("rendezvous.sock");
     let (rv, rv_addr) = if tcp_rendezvous {
-        let at = args.rendezvous.as_deref().unwrap_or("127.0.0.1:0");
-        let rv = vmmc_tcp::server::Rendezvous::start(at, args.n).map_err(|e| e.to_string())?;
-        let a = rv.addr().to_string();
+        let (at, advertise) = match (&args.rendezvous, args.hosts.first()) {
+            (Some(a), _) => (a.clone(), None),
+            (None, None) => ("127.0.0.1:0".to_string(), None),
+            // Other hosts must reach it: every address, advertised as the one this host
+            // uses towards them.
+            (None, Some(h)) => ("0.0.0.0:0".to_string(), Some(route_to(h)?)),
+        };
+        let rv = vmmc_tcp::server::Rendezvous::start(&at, args.n).map_err(|e| e.to_string())?;
+        let a = match advertise {
+            Some(ip) => std::net::SocketAddr::new(ip, rv.addr().port()).to_string(),
+            None => rv.addr().to_string(),
+        };
         (Trusted::Tcp(rv), a)
     } else {
-        let rv = Rendezvous::start(&sock, args.n).map_err(|e| e.to_string())?;
+        let cap = args.n.saturating_add(args.spawn_slots);
+        let rv = Rendezvous::start_with_capacity(&sock, args.n, cap).map_err(|e| e.to_string())?;
         (Trusted::Shm(rv), sock.display().to_string())
     };
-    let job = format!("{}", std::process::id());
     let allowed = allowed_cpus();
     let bind = match args.bind_to.as_deref() {
         Some("core") => true,
         Some(_) => false,
-        None => allowed.len() >= args.n,
+        None => args.hosts.is_empty() && allowed.len() >= args.n,
     };
-    // Rank k on the k-th allowed CPU (wrapping when asked to bind more ranks than CPUs).
-    let cpus: Option<Vec<usize>> = (bind && !allowed.is_empty())
-        .then(|| (0..args.n).map(|r| allowed[r % allowed.len()]).collect());
-    let mut children = Vec::new();
-    let mut pumps = Vec::new();
+    let here = host_name();
+    let session = if args.hosts.is_empty() {
+        vec![here.clone()]
+    } else {
+        args.hosts.clone()
+    };
+    let rsh = args
+        .rsh
+        .clone()
+        .or_else(|| {
+            std::env::var("VMMC_RSH")
+                .ok()
+                .filter(|a| !a.trim().is_empty())
+        })
+        .unwrap_or_else(|| "ssh".into());
+    let launch = Arc::new(Launch {
+        transport: transport.clone(),
+        capacity: args.n.saturating_add(args.spawn_slots),
+        rv_addr,
+        job: format!("{}", std::process::id()),
+        job_cpus: allowed.len().max(1),
+        remote: !args.hosts.is_empty(),
+        session,
+        here,
+        rsh: rsh.split_whitespace().map(String::from).collect(),
+        tag_output: args.tag_output,
+        pids: pids.clone(),
+        kids: Mutex::new(Vec::new()),
+        pumps: Mutex::new(Vec::new()),
+    });
+    let l = launch.clone();
+    let spawner: vmmc::registry::Spawner = Box::new(move |o| l.spawn(o));
+    match &rv {
+        Trusted::Tcp(t) => t.set_spawner(spawner),
+        Trusted::Shm(t) => t.set_spawner(spawner),
+    }
     for rank in 0..args.n {
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..])
-            .env(vars::TRANSPORT, &transport)
-            .env(vars::RANK, rank.to_string())
-            .env(vars::SIZE, args.n.to_string())
-            // The CPUs the job's ranks share, for the waiting policy (`vmmc::wait`): a rank
-            // bound to one core must not take the job for oversubscribed.
-            .env("VMMC_JOB_CPUS", allowed.len().max(1).to_string())
-            .env(vars::RENDEZVOUS, &rv_addr)
-            .env(vmmc_tcp::RENDEZVOUS_BY, "launcher")
-            .env(vars::JOB, &job)
-            .stdin(if rank == 0 {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            });
-        if args.tag_output {
+        // Rank k on the k-th allowed CPU (wrapping when asked to bind more ranks than CPUs).
+        let cpu = (bind && !allowed.is_empty()).then(|| allowed[rank % allowed.len()]);
+        let host = (!args.hosts.is_empty()).then(|| args.hosts[rank % args.hosts.len()].clone());
+        let started = launch.start(
+            rank,
+            args.n,
+            host.as_deref(),
+            &args.command[0],
+            &args.command[1..],
+            cpu,
+            None,
+        );
+        if let Err(e) = started {
+            eprintln!("vmmc-run: {e}");
+            rv.mark_dead(rank);
+            for (_, c) in lock(&launch.kids).iter_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            return Ok(ExitCode::from(127));
+        }
+    }
+    let mut worst: u8 = 0;
+    // Reap in any order, spawned processes too: a rank that dies is marked dead at once.
+    while !lock(&launch.kids).is_empty() {
+        // Look without reaping: a process whose start is failing is reaped by the thread
+        // starting it (std's spawn waits for it), which holds `kids` meanwhile.
+        // SAFETY: siginfo_t is plain data; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own children with a valid siginfo pointer.
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        // SAFETY: waitid filled a child's siginfo.
+        let pid = unsafe { info.si_pid() };
+        let mut status = 0;
+        let rank = {
+            let mut k = lock(&launch.kids);
+            let Some(pos) = k.iter().position(|(_, c)| c.id() as i32 == pid) else {
+                continue;
+            };
+            // SAFETY: reaps the child just seen ended, with a valid status pointer.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            k.remove(pos).0
+        };
+        lock(&pids).pids.retain(|&p| p != pid);
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status) as u8
+        } else if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            eprintln!("vmmc-run: rank {rank} killed by signal {sig}");
+            128u8.saturating_add(sig as u8)
+        } else {
+            1
+        };
+        let how = if code == 0 {
+            "exited".to_string()
+        } else {
+            format!("exited with status {code}")
+        };
+        // A spawned process that never joined: its spawner has the error, the job goes on.
+        if rv.mark_ended(rank, &how) {
+            continue;
+        }
+        if code != 0 {
+            if libc::WIFEXITED(status) {
+                eprintln!("vmmc-run: rank {rank} exited with status {code}");
+            }
+            rv.mark_dead(rank);
+            if worst == 0 {
+                worst = code;
+            }
+        }
+    }
+    for p in std::mem::take(&mut *lock(&launch.pumps)) {
+        let _ = p.join();
+    }
+    drop(rv);
+    drop(cleanup);
+    Ok(ExitCode::from(worst))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How the job's processes start: the ranks at launch and the ones `vmmc_Spawn` asks for.
+struct Launch {
+    transport: String,
+    /// `VMMC_CAPACITY`: the ranks plus the spawn slots.
+    capacity: usize,
+    rv_addr: String,
+    job: String,
+    job_cpus: usize,
+    /// Hosts were named (`--hosts`): every process on one starts through the agent.
+    remote: bool,
+    /// The session's hosts (`VMMC_HOSTS`).
+    session: Vec<String>,
+    /// This host's name.
+    here: String,
+    /// The remote-shell agent, split into words.
+    rsh: Vec<String>,
+    tag_output: bool,
+    pids: Arc<Mutex<Ranks>>,
+    /// Processes not yet reaped, with their rank.
+    kids: Mutex<Vec<(usize, std::process::Child)>>,
+    pumps: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Launch {
+    /// The environment of a process of the job: what the bootstrap reads.
+    fn env(&self, rank: usize, size: usize, parent: Option<vmmc::ProcId>) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = Vec::new();
+        if self.remote {
+            // The user's VMMC_* settings go along, as mpirun's -x would take them.
+            env.extend(std::env::vars().filter(|(k, _)| k.starts_with("VMMC_")));
+        }
+        let mut set = |k: &str, v: String| {
+            env.retain(|(x, _)| x != k);
+            env.push((k.to_string(), v));
+        };
+        set(vars::TRANSPORT, self.transport.clone());
+        set(vars::RANK, rank.to_string());
+        set(vars::SIZE, size.to_string());
+        // The CPUs the job's ranks share, for the waiting policy (`vmmc::wait`): a rank
+        // bound to one core must not take the job for oversubscribed.
+        set("VMMC_JOB_CPUS", self.job_cpus.to_string());
+        set(vars::RENDEZVOUS, self.rv_addr.clone());
+        set(vmmc_tcp::RENDEZVOUS_BY, "launcher".into());
+        set(vars::JOB, self.job.clone());
+        set(vars::HOSTS, self.session.join(","));
+        set(vars::CAPACITY, self.capacity.to_string());
+        match parent {
+            Some(p) => set(vars::PARENT, format!("{}:{}", p.node, p.squid)),
+            None => env.retain(|(k, _)| k != vars::PARENT),
+        }
+        env
+    }
+
+    /// Starts one process: here, or on `host` through the agent. The process is in `kids`
+    /// when this returns, added under the lock the reaper looks it up with.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        rank: usize,
+        size: usize,
+        host: Option<&str>,
+        program: &str,
+        args: &[String],
+        cpu: Option<usize>,
+        parent: Option<vmmc::ProcId>,
+    ) -> Result<(), String> {
+        let env = self.env(rank, size, parent);
+        let mut cmd = match host {
+            None => {
+                let mut c = Command::new(program);
+                c.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                if parent.is_none() {
+                    c.env_remove(vars::PARENT);
+                }
+                c
+            }
+            Some(h) => {
+                let (agent, rest) = self
+                    .rsh
+                    .split_first()
+                    .ok_or("the remote-shell agent is empty")?;
+                // ssh and rsh hand the command to a shell: quote it. Other agents (ip netns
+                // exec, srun, ...) exec their arguments.
+                let shell = ["ssh", "rsh"].iter().any(|s| agent.ends_with(s));
+                let q = |w: &str| if shell { quote(w) } else { w.to_string() };
+                let mut c = Command::new(agent);
+                c.args(rest).arg(h).arg("env");
+                c.args(env.iter().map(|(k, v)| q(&format!("{k}={v}"))));
+                c.arg(q(program)).args(args.iter().map(|a| q(a)));
+                c
+            }
+        };
+        cmd.stdin(if rank == 0 {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
+        if self.tag_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        let cpu = cpus.as_ref().map(|c| c[rank]);
         let unblock = forwarded_set();
         {
             use std::os::unix::process::CommandExt;
@@ -281,80 +532,99 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
                 });
             }
         }
-        match cmd.spawn() {
-            Ok(mut c) => {
-                let mut r = pids.lock().unwrap_or_else(|e| e.into_inner());
-                r.pids.push(c.id() as libc::pid_t);
-                if let Some(sig) = r.signal {
-                    // SAFETY: kill on the rank just started.
-                    unsafe { libc::kill(c.id() as libc::pid_t, sig) };
-                }
-                drop(r);
-                if args.tag_output {
-                    pumps.push(pump(rank, c.stdout.take().expect("piped"), false));
-                    pumps.push(pump(rank, c.stderr.take().expect("piped"), true));
-                }
-                children.push((rank, c));
-            }
-            Err(e) => {
-                eprintln!("vmmc-run: cannot start {:?}: {e}", args.command[0]);
-                rv.mark_dead(rank);
-                for (_, c) in children.iter_mut() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Ok(ExitCode::from(127));
-            }
+        let mut kids = lock(&self.kids);
+        let mut c = cmd.spawn().map_err(|e| {
+            let what = match host {
+                None => program.to_string(),
+                Some(h) => format!("{} for host {h}", self.rsh.join(" ")),
+            };
+            format!("cannot start {what:?}: {e}")
+        })?;
+        let mut r = lock(&self.pids);
+        r.pids.push(c.id() as libc::pid_t);
+        if let Some(sig) = r.signal {
+            // SAFETY: kill on the process just started.
+            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
         }
-    }
-    let mut worst: u8 = 0;
-    // Reap in any order: a rank that dies is marked dead at once.
-    let mut left = children.len();
-    while left > 0 {
-        let mut status = 0;
-        // SAFETY: waitpid on our own children with a valid status pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if pid < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
+        drop(r);
+        if self.tag_output {
+            let mut p = lock(&self.pumps);
+            p.push(pump(rank, c.stdout.take().expect("piped"), false));
+            p.push(pump(rank, c.stderr.take().expect("piped"), true));
         }
-        let Some(pos) = children.iter().position(|(_, c)| c.id() as i32 == pid) else {
-            continue;
-        };
-        let rank = children[pos].0;
-        left -= 1;
-        pids.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pids
-            .retain(|&p| p != pid);
-        rv.mark_ended(rank);
-        let code = if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status) as u8
-        } else if libc::WIFSIGNALED(status) {
-            let sig = libc::WTERMSIG(status);
-            eprintln!("vmmc-run: rank {rank} killed by signal {sig}");
-            128u8.saturating_add(sig as u8)
-        } else {
-            1
-        };
-        if code != 0 {
-            if libc::WIFEXITED(status) {
-                eprintln!("vmmc-run: rank {rank} exited with status {code}");
-            }
-            rv.mark_dead(rank);
-            if worst == 0 {
-                worst = code;
-            }
+        kids.push((rank, c));
+        Ok(())
+    }
+
+    /// `vmmc_Spawn`, as the rendezvous asks: on this host, or on a host of `--hosts`.
+    fn spawn(&self, o: &vmmc::registry::SpawnOrder) -> Result<(), String> {
+        let local = o.host == "localhost" || (!self.remote && o.host == self.here);
+        if !local && !self.session.contains(&o.host) {
+            return Err(format!(
+                "unknown host {:?}: this session's hosts are {}",
+                o.host,
+                self.session.join(", ")
+            ));
         }
+        let host = (!local).then_some(o.host.as_str());
+        self.start(
+            o.rank,
+            o.rank + 1,
+            host,
+            &o.program,
+            &o.args,
+            None,
+            Some(o.parent),
+        )
     }
-    for p in pumps {
-        let _ = p.join();
+}
+
+/// A word for a remote shell: single-quoted unless it is plainly safe.
+fn quote(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
     }
-    drop(rv);
-    drop(cleanup);
-    Ok(ExitCode::from(worst))
+}
+
+/// This host's name.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: a valid buffer of the length given.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if r != 0 || n == 0 {
+        return "localhost".into();
+    }
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The address this host uses towards `host` (the route's source): where the ranks there
+/// reach the rendezvous.
+fn route_to(host: &str) -> Result<std::net::IpAddr, String> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let fail = |why: String| {
+        format!(
+            "cannot tell which address {host} reaches this launcher at ({why}); give \
+             --rendezvous ADDRESS:PORT"
+        )
+    };
+    let to = (host, 9)
+        .to_socket_addrs()
+        .map_err(|e| fail(e.to_string()))?
+        .next()
+        .ok_or_else(|| fail("no address".into()))?;
+    let any = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let s = UdpSocket::bind(any).map_err(|e| fail(e.to_string()))?;
+    // A UDP connect sends nothing: it only picks the route.
+    s.connect(to).map_err(|e| fail(e.to_string()))?;
+    s.local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// The ranks alive, and the signal forwarded to them, if any (ranks started after it get it
@@ -421,5 +691,20 @@ struct Cleanup(PathBuf);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn remote_shell_words_are_quoted_only_when_needed() {
+        assert_eq!(quote("VMMC_RANK=1"), "VMMC_RANK=1");
+        assert_eq!(quote("/usr/bin/prog"), "/usr/bin/prog");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote("$(rm -rf /)"), "'$(rm -rf /)'");
     }
 }

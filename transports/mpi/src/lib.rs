@@ -438,6 +438,15 @@ impl Transport for MpiTransport {
         "mpi"
     }
 
+    /// A new process would need `MPI_Comm_spawn` and windows over the merged communicator,
+    /// which this transport does not build: spawning is refused, saying so.
+    fn spawn(&self, _spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        Err(Error::Unsupported(
+            "vmmc_Spawn: the mpi transport cannot grow a job (MPI_Comm_spawn is not wired in); \
+             use the tcp or shm transport under vmmc-run",
+        ))
+    }
+
     fn caps(&self) -> Caps {
         Caps {
             remote_read: true,

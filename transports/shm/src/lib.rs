@@ -12,6 +12,13 @@
 //! descriptors an importer maps. Each receive buffer has a control block in shared memory with
 //! a revocation word and one in-flight counter per rank, so `unexport` can break every link
 //! and wait for the transfers in progress without a round trip to any importer.
+//!
+//! A job grows by `vmmc_Spawn` into the slots reserved at the start (`vmmc-run --spawn-slots K`,
+//! `VMMC_CAPACITY`): the status page, every notification ring (one lane per possible sender)
+//! and every control block hold the initial ranks plus K. A spawned process takes the next
+//! rank, and its squid is rank + 1 like every rank's, so a process told its identity resolves
+//! it from the status page (joined once its state leaves STARTING) without any table; its
+//! loss shows there too.
 
 pub mod proto;
 pub mod server;
@@ -62,6 +69,10 @@ struct Client {
 /// The shm transport of one process.
 pub struct ShmTransport {
     job: JobInfo,
+    /// The ranks the job's tables hold: its size plus the spawn slots `vmmc-run` reserved
+    /// (`VMMC_CAPACITY`). Spawned processes take the ranks from the size up; their squid is
+    /// their rank + 1, as for every rank.
+    cap: usize,
     conn: Mutex<Client>,
     replies: Condvar,
     next_req: AtomicU64,
@@ -150,8 +161,22 @@ impl ShmTransport {
                 return Err(Error::Bootstrap("VMMC_RENDEZVOUS is not set".into()));
             }
         };
+        // The ring needs a lane for every process that may send to this one, spawned ones
+        // included, before the welcome tells the job's capacity: vmmc-run says it.
+        let lanes = match std::env::var(vmmc::bootstrap::vars::CAPACITY) {
+            Ok(v) if env.launcher == Launcher::VmmcRun => {
+                v.trim().parse::<usize>().map_err(|_| {
+                    Error::Bootstrap(format!(
+                        "{}={v:?} is not a number",
+                        vmmc::bootstrap::vars::CAPACITY
+                    ))
+                })?
+            }
+            _ => env.size,
+        }
+        .max(env.size);
         let sock = connect_seqpacket(&path)?;
-        let ring = Ring::create(env.size)?;
+        let ring = Ring::create(lanes)?;
         let hello = Msg::Hello {
             rank: env.rank as u32,
             pid: std::process::id(),
@@ -161,14 +186,21 @@ impl ShmTransport {
         let (m, mut fds) = sys::recv_msg(sock.as_raw_fd(), false)
             .map_err(|e| Error::io("rendezvous welcome", e))?
             .ok_or_else(|| Error::Bootstrap("the rendezvous closed the connection".into()))?;
-        let (squids, host) = match Msg::decode(&m)? {
-            Msg::Welcome { squids, host } if fds.len() == 1 && squids.len() == env.size => {
-                (squids, host)
+        let (squids, host, cap) = match Msg::decode(&m)? {
+            Msg::Welcome { squids, host, cap } if fds.len() == 1 && squids.len() == env.size => {
+                (squids, host, cap as usize)
             }
             Msg::Err { text, .. } => return Err(Error::Bootstrap(text)),
             other => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
-        let status = Status::open(fds.pop().expect("checked"), env.size)?;
+        if cap < env.size || cap > lanes {
+            return Err(Error::Bootstrap(format!(
+                "the job holds {cap} processes but this one was told {lanes} ({}): not \
+                 started by this job's launcher?",
+                vmmc::bootstrap::vars::CAPACITY
+            )));
+        }
+        let status = Status::open(fds.pop().expect("checked"), cap)?;
         // Every rank of the job runs on this host; this process's data waits sleep on the bell
         // in its ring, which every transfer into its buffers rings. The bell gets a mapping of
         // its own that lives as long as the process (the first transport of a process wins;
@@ -194,10 +226,11 @@ impl ShmTransport {
                 .map(|s| ProcId { node: 0, squid: *s })
                 .collect(),
             hosts: vec![host],
-            parent: None,
+            parent: vmmc::bootstrap::parent_from_env(),
         };
         Ok(ShmTransport {
             job,
+            cap,
             conn: Mutex::new(Client {
                 sock,
                 stash: HashMap::new(),
@@ -231,8 +264,17 @@ impl ShmTransport {
             + c.cancelled.len()
     }
 
+    /// The rank of a process: one of the job when this one joined, or one spawned since
+    /// (squid = rank + 1 on node 0, once it has said hello to the trusted party).
     fn rank_of(&self, p: ProcId) -> Option<usize> {
-        self.job.rank_of(p)
+        self.job.rank_of(p).or_else(|| {
+            let r = (p.squid as usize).checked_sub(1)?;
+            (p.node == 0
+                && r >= self.job.size
+                && r < self.cap
+                && self.status.get(r) != shmem::state::STARTING)
+                .then_some(r)
+        })
     }
 
     /// Sends a request and waits for its reply.
@@ -296,7 +338,10 @@ impl ShmTransport {
                 Ok(Some((b, fds))) => {
                     let m = Msg::decode(&b)?;
                     let id = match &m {
-                        Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
+                        Msg::Ok { req }
+                        | Msg::Err { req, .. }
+                        | Msg::ImportOk { req, .. }
+                        | Msg::Spawned { req, .. } => *req,
                         other => return Err(Error::Protocol(format!("unexpected {other:?}"))),
                     };
                     if !c.cancelled.remove(&id) {
@@ -327,7 +372,7 @@ impl ShmTransport {
 
     /// Waits until no live rank is in the middle of a transfer into the buffer of `ctrl`.
     fn drain_senders(&self, ctrl: &Ctrl) {
-        for r in 0..self.job.size {
+        for r in 0..self.cap {
             // A sender rings this process's bell as it leaves the transfer.
             let mut w = vmmc::wait::Wait::new(&DRAIN_SITE);
             while ctrl.in_flight(r).load(Ordering::SeqCst) != 0 && self.status.alive(r) {
@@ -356,7 +401,7 @@ impl ShmTransport {
             return Err(Error::Protocol("expected an import grant".into()));
         };
         let want = if shared { 3 } else { 2 };
-        if fds.len() != want || owner_rank as usize >= self.job.size {
+        if fds.len() != want || owner_rank as usize >= self.cap {
             return Err(Error::Protocol(
                 "import grant with wrong descriptors".into(),
             ));
@@ -370,7 +415,7 @@ impl ShmTransport {
             None
         };
         let ring = self.ring_of(owner_rank as usize, fds.pop().expect("checked"))?;
-        let ctrl = Arc::new(Ctrl::open(fds.pop().expect("checked"), self.job.size)?);
+        let ctrl = Arc::new(Ctrl::open(fds.pop().expect("checked"), self.cap)?);
         let base = region.as_ref().map_or(std::ptr::null_mut(), |m| m.ptr());
         Ok(RemoteShm {
             ctrl,
@@ -414,7 +459,7 @@ impl Transport for ShmTransport {
     }
 
     fn export(&self, spec: ExportSpec<'_>) -> Result<()> {
-        let ctrl = Ctrl::create(self.job.size)?;
+        let ctrl = Ctrl::create(self.cap)?;
         let h = ctrl.header();
         h.has_handler
             .store(spec.has_handler as u32, Ordering::SeqCst);
@@ -477,7 +522,7 @@ impl Transport for ShmTransport {
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
         if self.rank_of(owner).is_none() {
             return Err(Error::PeerLost(format!(
-                "{owner} is not a process of this job"
+                "{owner} (not a process of this job)"
             )));
         }
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
@@ -607,7 +652,7 @@ impl Transport for ShmTransport {
     fn end_redir(&self, buf: BufId) -> Result<Redirected> {
         let ctrl = self.ctrl(buf)?;
         let status = self.status.clone();
-        let size = self.job.size;
+        let size = self.cap;
         ctrl.header().redir.end(|| {
             // A sender that died mid-message will never finish it.
             if (0..size).all(|r| ctrl.in_flight(r).load(Ordering::SeqCst) == 0 || !status.alive(r))
@@ -636,6 +681,24 @@ impl Transport for ShmTransport {
         let _r = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let _q = self.requests.lock().unwrap_or_else(|e| e.into_inner());
         f()
+    }
+
+    fn spawn(&self, spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        let req = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let m = Msg::Spawn {
+            req,
+            host: spec.host.to_string(),
+            program: spec.program.to_string(),
+            args: spec.args.to_vec(),
+        };
+        match self.call(req, &m, &[])?.0 {
+            Msg::Spawned { squid, .. } => Ok(ProcId { node: 0, squid }),
+            Msg::Err { code: -16, .. } => Err(Error::Unsupported(
+                "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
+            )),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, 0)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
     }
 
     fn finish(&self) -> Result<()> {

@@ -9,8 +9,13 @@ use vmmc::{BufId, Error, Importers, ProcId, Result};
 pub enum Msg {
     /// Process -> party, first message; carries the notification ring's descriptor.
     Hello { rank: u32, pid: u32 },
-    /// Party -> process, once every rank said hello; carries the status page's descriptor.
-    Welcome { squids: Vec<u32>, host: String },
+    /// Party -> process, once every rank said hello (a spawned process: once it did);
+    /// carries the status page's descriptor. `cap` is the ranks the job's tables hold.
+    Welcome {
+        squids: Vec<u32>,
+        host: String,
+        cap: u32,
+    },
     /// Export a buffer; carries the control block's and (shared memory) the region's
     /// descriptors.
     Export {
@@ -44,6 +49,16 @@ pub enum Msg {
         pid: u32,
         owner_rank: u32,
     },
+    /// Process -> party: start `program args` on `host` as a new process of the job
+    /// (`vmmc_Spawn`); answered by `Spawned` once it joined, or by `Err`.
+    Spawn {
+        req: u64,
+        host: String,
+        program: String,
+        args: Vec<String>,
+    },
+    /// Party -> spawner: the new process joined with this rank and squid (node 0).
+    Spawned { req: u64, rank: u32, squid: u32 },
 }
 
 struct W(Vec<u8>);
@@ -112,12 +127,12 @@ impl Msg {
             Msg::Hello { rank, pid } => {
                 w.u8(1).u32(*rank).u32(*pid);
             }
-            Msg::Welcome { squids, host } => {
+            Msg::Welcome { squids, host, cap } => {
                 w.u8(2).u32(squids.len() as u32);
                 for s in squids {
                     w.u32(*s);
                 }
-                w.str(host);
+                w.str(host).u32(*cap);
             }
             Msg::Export {
                 req,
@@ -179,6 +194,24 @@ impl Msg {
                     .u32(*pid)
                     .u32(*owner_rank);
             }
+            Msg::Spawn {
+                req,
+                host,
+                program,
+                args,
+            } => {
+                w.u8(11)
+                    .u64(*req)
+                    .str(host)
+                    .str(program)
+                    .u32(args.len() as u32);
+                for a in args {
+                    w.str(a);
+                }
+            }
+            Msg::Spawned { req, rank, squid } => {
+                w.u8(12).u64(*req).u32(*rank).u32(*squid);
+            }
         }
         w.0
     }
@@ -197,6 +230,7 @@ impl Msg {
                 Msg::Welcome {
                     squids,
                     host: r.str()?,
+                    cap: r.u32()?,
                 }
             }
             3 => {
@@ -256,6 +290,24 @@ impl Msg {
                 pid: r.u32()?,
                 owner_rank: r.u32()?,
             },
+            11 => {
+                let req = r.u64()?;
+                let host = r.str()?;
+                let program = r.str()?;
+                let n = r.count(4)?;
+                let args = (0..n).map(|_| r.str()).collect::<Result<_>>()?;
+                Msg::Spawn {
+                    req,
+                    host,
+                    program,
+                    args,
+                }
+            }
+            12 => Msg::Spawned {
+                req: r.u64()?,
+                rank: r.u32()?,
+                squid: r.u32()?,
+            },
             t => {
                 return Err(Error::Protocol(format!(
                     "unknown rendezvous message type {t}"
@@ -288,6 +340,10 @@ pub fn error_from(code: i32, text: String, buf: BufId) -> Error {
         -5 => Error::NoSuchBuffer(buf),
         -6 => Error::PermissionDenied(buf),
         -10 => Error::PeerLost(text),
+        -20 => Error::SpawnFailed(match text.strip_prefix("spawn failed: ") {
+            Some(t) => t.to_string(),
+            None => text,
+        }),
         _ => Error::Protocol(text),
     }
 }
@@ -303,6 +359,7 @@ mod tests {
             Msg::Welcome {
                 squids: vec![1, 2, 3],
                 host: "h".into(),
+                cap: 5,
             },
             Msg::Export {
                 req: 1,
@@ -320,6 +377,17 @@ mod tests {
             },
             Msg::Bye,
             Msg::CancelImport { req: 10 },
+            Msg::Spawn {
+                req: 13,
+                host: "h".into(),
+                program: "p".into(),
+                args: vec!["a".into(), String::new()],
+            },
+            Msg::Spawned {
+                req: 14,
+                rank: 3,
+                squid: 4,
+            },
             Msg::Ok { req: 11 },
             Msg::err(12, &Error::PermissionDenied(3)),
             Msg::ImportOk {

@@ -9,12 +9,13 @@
 use crate::proto::Msg;
 use crate::shmem::{revoked, state, Ctrl, Status};
 use crate::sys;
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use vmmc::registry::{ImportOutcome, PendingImport, Registry};
+use vmmc::registry::{ImportOutcome, PendingImport, Registry, SpawnOrder, Spawner};
 use vmmc::{Error, ProcId, Result};
 
 /// What the party keeps of an export.
@@ -32,7 +33,13 @@ struct Conn {
 }
 
 struct State {
+    /// The ranks the launcher started.
     size: usize,
+    /// The ranks the tables hold: `size` plus the spawn slots (`vmmc-run --spawn-slots`).
+    cap: usize,
+    /// Spawned ranks not yet joined: (spawner's rank, its request id).
+    pending: HashMap<usize, (usize, u64)>,
+    spawner: Option<Arc<Spawner>>,
     registry: Registry<ExportHandle>,
     conns: Vec<Option<Arc<Conn>>>,
     rings: Vec<Option<OwnedFd>>,
@@ -61,30 +68,42 @@ fn send(c: &Conn, m: &Msg, fds: &[RawFd]) {
 impl Rendezvous {
     /// Listens on `path` for the `size` processes of a job.
     pub fn start(path: &Path, size: usize) -> Result<Rendezvous> {
+        Rendezvous::start_with_capacity(path, size, size)
+    }
+
+    /// Listens on `path` for the `size` processes of a job that may grow to `cap` by
+    /// `vmmc_Spawn` (the status page, and every process's notification ring and control
+    /// blocks, are sized for `cap`; the processes learn it from `VMMC_CAPACITY`).
+    pub fn start_with_capacity(path: &Path, size: usize, cap: usize) -> Result<Rendezvous> {
         if size == 0 {
             return Err(Error::InvalidArgument("job size must be positive"));
         }
+        let cap = cap.max(size);
         let listener = bind_seqpacket(path)?;
         let mut registry = Registry::default();
         let squids = (0..size).map(|_| registry.new_squid()).collect();
         let st = Arc::new(Mutex::new(State {
             size,
+            cap,
+            pending: HashMap::new(),
+            spawner: None,
             registry,
-            conns: (0..size).map(|_| None).collect(),
-            rings: (0..size).map(|_| None).collect(),
-            bells: (0..size).map(|_| None).collect(),
+            conns: (0..cap).map(|_| None).collect(),
+            rings: (0..cap).map(|_| None).collect(),
+            bells: (0..cap).map(|_| None).collect(),
             squids,
             hellos: 0,
             welcomed: false,
             aborted: None,
-            status: Status::create(size)?,
+            status: Status::create(cap)?,
         }));
         let st2 = st.clone();
         let accept = std::thread::Builder::new()
             .name("vmmc-rendezvous".into())
             .spawn(move || {
                 let mut readers = Vec::new();
-                for _ in 0..size {
+                // Spawned processes connect after the ranks, up to the capacity.
+                for _ in 0..cap {
                     let Ok((stream, _)) = listener.accept() else {
                         break;
                     };
@@ -112,6 +131,27 @@ impl Rendezvous {
     pub fn states(&self) -> Vec<u32> {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         (0..st.size).map(|r| st.status.get(r)).collect()
+    }
+
+    /// Lets processes of the job spawn others (up to the capacity): `f` starts them.
+    pub fn set_spawner(&self, f: Spawner) {
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).spawner = Some(Arc::new(f));
+    }
+
+    /// The launcher saw the process of `rank` end: a spawned process that never joined
+    /// fails its spawn (then this returns true).
+    pub fn spawn_ended(&self, rank: usize, how: &str) -> bool {
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((by, req)) = st.pending.remove(&rank) else {
+            return false;
+        };
+        let e = Error::SpawnFailed(format!(
+            "the spawned process (rank {rank}) {how} before it joined the job"
+        ));
+        fail(&st, by, req, &e);
+        let pid = st.status.pid(rank);
+        st.status.set(rank, state::EXITED, pid);
+        true
     }
 
     /// Marks a rank dead (the launcher saw it die before it connected, or after).
@@ -276,7 +316,12 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     );
                     return;
                 }
-                if r >= s.size || s.conns[r].is_some() || s.status.get(r) != state::STARTING {
+                let spawned = r >= s.size;
+                if r >= s.cap
+                    || (spawned && !s.pending.contains_key(&r))
+                    || s.conns[r].is_some()
+                    || s.status.get(r) != state::STARTING
+                {
                     let _ = sys::send_msg(
                         fd,
                         &Msg::err(
@@ -296,13 +341,36 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     .and_then(|f| f.try_clone().ok())
                     .and_then(|f| crate::shmem::Ring::open(f).ok());
                 s.status.set(r, state::ALIVE, pid);
-                s.hellos += 1;
-                if s.hellos == s.size && !s.welcomed {
+                if spawned {
+                    // Its welcome now; the spawner's answer after it.
+                    let (by, req) = s.pending.remove(&r).expect("checked");
+                    let w = Msg::Welcome {
+                        squids: s.squids[..=r].to_vec(),
+                        host: sys::hostname(),
+                        cap: s.cap as u32,
+                    };
+                    let sfd = s.status.fd().as_raw_fd();
+                    if let Some(c) = &s.conns[r] {
+                        send(c, &w, &[sfd]);
+                    }
+                    if let Some(c) = &s.conns[by] {
+                        let m = Msg::Spawned {
+                            req,
+                            rank: r as u32,
+                            squid: s.squids[r],
+                        };
+                        send(c, &m, &[]);
+                    }
+                } else {
+                    s.hellos += 1;
+                }
+                if !spawned && s.hellos == s.size && !s.welcomed {
                     s.welcomed = true;
                     let host = sys::hostname();
                     let w = Msg::Welcome {
                         squids: s.squids.clone(),
                         host,
+                        cap: s.cap as u32,
                     };
                     let sfd = s.status.fd().as_raw_fd();
                     for c in s.conns.iter().flatten() {
@@ -328,6 +396,16 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                 break;
             }
         };
+        if let Msg::Spawn {
+            req,
+            host,
+            program,
+            args,
+        } = msg
+        {
+            spawn(&st, rank, req, host, program, args);
+            continue;
+        }
         let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
         let me = proc_of(&s, rank);
         let Some(conn) = s.conns[rank].clone() else {
@@ -355,7 +433,7 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
                     continue;
                 }
                 let region = if shared { fds.pop() } else { None };
-                let ctrl = match Ctrl::open(fds.pop().expect("checked"), s.size) {
+                let ctrl = match Ctrl::open(fds.pop().expect("checked"), s.cap) {
                     Ok(c) => c,
                     Err(e) => {
                         send(&conn, &Msg::err(req, &e), &[]);
@@ -452,4 +530,50 @@ fn serve(st: Arc<Mutex<State>>, stream: UnixStream) {
     }
     let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
     gone(&mut s, rank, how);
+}
+
+/// `vmmc_Spawn`: reserves the next rank (its squid is the next one too: squid = rank + 1, as
+/// for the ranks the launcher started) and has the launcher start the process.
+fn spawn(st: &Mutex<State>, by: usize, req: u64, host: String, program: String, args: Vec<String>) {
+    let (spawner, order) = {
+        let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(spawner) = s.spawner.clone() else {
+            let e = Error::Unsupported(
+                "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
+            );
+            fail(&s, by, req, &e);
+            return;
+        };
+        let rank = s.squids.len();
+        if rank >= s.cap {
+            let e = Error::SpawnFailed(format!(
+                "no spawn slot left: this shm job holds {} processes (start it with vmmc-run \
+                 --spawn-slots K to let it spawn K)",
+                s.cap
+            ));
+            fail(&s, by, req, &e);
+            return;
+        }
+        let squid = s.registry.new_squid();
+        debug_assert_eq!(squid as usize, rank + 1);
+        s.squids.push(squid);
+        s.pending.insert(rank, (by, req));
+        let order = SpawnOrder {
+            rank,
+            host,
+            program,
+            args,
+            parent: proc_of(&s, by),
+        };
+        (spawner, order)
+    };
+    // Outside the lock: the launcher takes its own locks and may report an end at once.
+    if let Err(why) = spawner(&order) {
+        let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
+        if s.pending.remove(&order.rank).is_some() {
+            let pid = s.status.pid(order.rank);
+            s.status.set(order.rank, state::EXITED, pid);
+            fail(&s, by, req, &Error::SpawnFailed(why));
+        }
+    }
 }

@@ -306,11 +306,11 @@ fn finish_frame(sh: &Shared, c: Cur, stage: &mut Vec<u8>) {
 /// The progress engine: blocks in epoll until a connection has data or the waker fires.
 pub(crate) fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
     let mut events = Events::with_capacity(64);
-    let mut rx: Vec<Option<Rx>> = sh
-        .conns
-        .iter()
-        .map(|c| c.as_ref().map(|_| Rx::new()))
+    let mut rx: Vec<Option<Rx>> = (0..sh.conns.len())
+        .map(|r| sh.conns.get(r).map(|_| Rx::new()))
         .collect();
+    // Ranks whose connection ended (a spawned process's starts later, with no state yet).
+    let mut ended: Vec<bool> = vec![false; sh.conns.len()];
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -322,8 +322,9 @@ pub(crate) fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        let gone = |r: usize, rx: &mut Vec<Option<Rx>>, how: u32| {
-            let Some(conn) = &sh.conns[r] else { return };
+        let gone = |r: usize, rx: &mut Vec<Option<Rx>>, ended: &mut Vec<bool>, how: u32| {
+            let Some(conn) = sh.conns.get(r) else { return };
+            ended[r] = true;
             // A frame cut short releases its buffer (unexport must not wait for it).
             rx[r] = None;
             let _ = poll.registry().deregister(&mut SourceFd(&conn.fd()));
@@ -335,28 +336,36 @@ pub(crate) fn progress_engine(sh: Arc<Shared>, mut poll: Poll) {
             if ev.token() == WAKE {
                 // Peers the rendezvous reported gone: place what their connection holds (a
                 // peer that left cleanly had every byte acknowledged first), then mark them.
-                for (r, c) in sh.conns.iter().enumerate() {
-                    let Some(c) = c else { continue };
+                for r in 0..sh.conns.len() {
+                    let Some(c) = sh.conns.get(r) else { continue };
                     let how = c.reported.swap(ALIVE, Ordering::SeqCst);
                     if how == ALIVE {
                         continue;
                     }
                     if let Some(state) = rx[r].as_mut() {
                         if let Stop::Gone(h) = read_conn(&sh, c, state, false) {
-                            gone(r, &mut rx, h);
+                            gone(r, &mut rx, &mut ended, h);
                         } else {
-                            gone(r, &mut rx, how);
+                            gone(r, &mut rx, &mut ended, how);
                         }
+                    } else if !ended[r] {
+                        // A spawned process gone before it sent anything.
+                        gone(r, &mut rx, &mut ended, how);
                     }
                 }
                 continue;
             }
-            let (Some(conn), Some(state)) = (&sh.conns[r], rx[r].as_mut()) else {
+            if r < rx.len() && rx[r].is_none() && !ended[r] && sh.conns.get(r).is_some() {
+                rx[r] = Some(Rx::new());
+            }
+            let (Some(conn), Some(state)) =
+                (sh.conns.get(r), rx.get_mut(r).and_then(|x| x.as_mut()))
+            else {
                 continue;
             };
             let closing = ev.is_read_closed() || ev.is_error();
             if let Stop::Gone(how) = read_conn(&sh, conn, state, !closing) {
-                gone(r, &mut rx, how);
+                gone(r, &mut rx, &mut ended, how);
             }
         }
     }
@@ -377,7 +386,7 @@ pub(crate) fn ack_sender(sh: Arc<Shared>) {
             std::mem::take(&mut *a)
         };
         for (rank, seq) in owed {
-            if let Some(c) = &sh.conns[rank] {
+            if let Some(c) = sh.conns.get(rank) {
                 let h = Header {
                     kind: kind::FENCE_ACK,
                     offset: seq,

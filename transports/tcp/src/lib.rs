@@ -26,6 +26,14 @@
 //! waits): the others still need the trusted party.
 //! `VMMC_TCP_STATS=PATH` writes this rank's statistics as JSON at exit (`{rank}` in PATH is
 //! replaced by the rank). Ranks must share byte order (a notification's value is a native word).
+//!
+//! A job grows by `vmmc_Spawn` (see `Endpoint::spawn`) when a launcher hosts the rendezvous:
+//! the new process gets the next rank (beyond the initial size, never reused) and the next
+//! squid of its node; the rendezvous welcomes it with every process so far and tells the
+//! others (`Joined`), which connect to it and fill its slot in their peer tables. Those tables
+//! hold the initial ranks plus [`MAX_SPAWNED`], filled once, so the progress engine and the
+//! senders read them without a lock; a spawned process is lost like any rank, by its
+//! connections and the rendezvous's `Gone`.
 
 mod engine;
 pub mod proto;
@@ -40,7 +48,7 @@ use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vmmc::bootstrap::BootEnv;
@@ -259,6 +267,24 @@ struct Conn {
 }
 
 impl Conn {
+    /// A data connection to `rank`, hello exchanged.
+    fn open(rank: usize, s: TcpStream) -> Result<Arc<Conn>> {
+        tune(&s)?;
+        s.set_nonblocking(true)
+            .map_err(|e| Error::io("non-blocking", e))?;
+        Ok(Arc::new(Conn {
+            rank,
+            sock: s,
+            send: Mutex::new(0),
+            acked: Mutex::new(0),
+            acked_cv: Condvar::new(),
+            state: AtomicU32::new(ALIVE),
+            saw_bye: AtomicBool::new(false),
+            reported: AtomicU32::new(ALIVE),
+            verdict: AtomicU32::new(ALIVE),
+        }))
+    }
+
     fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
@@ -365,11 +391,42 @@ struct Exports {
     by_buf: HashMap<BufId, Arc<Entry>>,
 }
 
+/// How many processes `vmmc_Spawn` may add to a job: the peer tables are sized for the
+/// initial ranks plus these, so the fast paths index them without a lock.
+pub const MAX_SPAWNED: usize = 256;
+
+/// A table by rank whose slots are filled once: at the start for the initial ranks, when a
+/// spawned process joins for the others (read without a lock by the progress engine and
+/// the senders).
+pub(crate) struct Slots<T>(Vec<OnceLock<T>>);
+
+impl<T> Slots<T> {
+    fn new(capacity: usize) -> Slots<T> {
+        Slots((0..capacity).map(|_| OnceLock::new()).collect())
+    }
+    pub(crate) fn get(&self, r: usize) -> Option<&T> {
+        self.0.get(r).and_then(OnceLock::get)
+    }
+    fn set(&self, r: usize, v: T) -> bool {
+        self.0.get(r).is_some_and(|s| s.set(v).is_ok())
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// The filled slots.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().filter_map(OnceLock::get)
+    }
+}
+
 /// What the application threads and the progress engine share.
 struct Shared {
     rank: usize,
-    procs: Vec<ProcId>,
-    conns: Vec<Option<Arc<Conn>>>,
+    /// Identity of each process by rank (spawned ones from when they join).
+    procs: Slots<ProcId>,
+    conns: Slots<Arc<Conn>>,
+    /// Registers the connections of processes that join later with the progress engine.
+    registry: mio::Registry,
     exports: Mutex<Exports>,
     /// (owner rank, key) -> link state, for every key imported or revoked.
     links: Mutex<HashMap<(usize, u64), Arc<Link>>>,
@@ -451,7 +508,7 @@ impl Shared {
             bump(&self.stats.refused_unknown, 1);
             return None;
         };
-        if !e.importers.allows(self.procs[from]) {
+        if !self.procs.get(from).is_some_and(|p| e.importers.allows(*p)) {
             bump(&self.stats.refused_permission, 1);
             return None;
         }
@@ -613,12 +670,20 @@ impl TcpTransport {
         }
         .send(&rv)
         .map_err(|e| Error::io("rendezvous hello", e))?;
-        let (procs, hosts, addrs) = match Msg::recv(&rv)? {
+        // A spawned process: its welcome also lists the spawned processes that joined before
+        // it with higher ranks.
+        let parent = vmmc::bootstrap::parent_from_env();
+        let (mut procs, hosts, addrs) = match Msg::recv(&rv)? {
             Some(Msg::Welcome {
                 procs,
                 hosts,
                 addrs,
-            }) if procs.len() == env.size && addrs.len() == env.size => (procs, hosts, addrs),
+            }) if procs.len() >= env.size
+                && addrs.len() == procs.len()
+                && (procs.len() == env.size || parent.is_some()) =>
+            {
+                (procs, hosts, addrs)
+            }
             Some(Msg::Err { text, .. }) => return Err(Error::Bootstrap(text)),
             None => {
                 return Err(Error::Bootstrap(
@@ -627,7 +692,11 @@ impl TcpTransport {
             }
             Some(other) => return Err(Error::Protocol(format!("expected welcome, got {other:?}"))),
         };
-        let conns = Self::mesh(env, &listener, &addrs)?;
+        let (mut conns, deferred) = if parent.is_some() {
+            Self::mesh_spawned(env, &listener, &addrs, &rv)?
+        } else {
+            (Self::mesh(env, &listener, &addrs)?, Vec::new())
+        };
         let poll = Poll::new().map_err(|e| Error::io("epoll", e))?;
         for c in conns.iter().flatten() {
             poll.registry()
@@ -635,10 +704,29 @@ impl TcpTransport {
                 .map_err(|e| Error::io("epoll_ctl", e))?;
         }
         let waker = Waker::new(poll.registry(), WAKE).map_err(|e| Error::io("eventfd", e))?;
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(|e| Error::io("epoll dup", e))?;
+        let cap = env.size + MAX_SPAWNED;
+        let (slots, peers) = (Slots::new(cap), Slots::new(cap));
+        for (r, p) in procs.iter().enumerate() {
+            // A rank not joined yet gets its identity when it does (`Joined`).
+            if *p != server::NOBODY {
+                slots.set(r, *p);
+            }
+        }
+        procs.truncate(env.size);
+        for (r, c) in conns.drain(..).enumerate() {
+            if let Some(c) = c {
+                peers.set(r, c);
+            }
+        }
         let sh = Arc::new(Shared {
             rank: env.rank,
-            procs: procs.clone(),
-            conns,
+            procs: slots,
+            conns: peers,
+            registry,
             exports: Mutex::new(Exports::default()),
             links: Mutex::new(HashMap::new()),
             notes: Mutex::new(Notes::default()),
@@ -666,6 +754,12 @@ impl TcpTransport {
                 .spawn(move || engine::ack_sender(s))
                 .map_err(|e| Error::io("spawn the ack sender", e))?,
         );
+        // Processes spawned while this one joined, before the reader reads what follows.
+        for (rank, proc, addr) in deferred {
+            if let Err(e) = join_peer(&sh, rank, proc, &addr) {
+                eprintln!("vmmc-tcp: cannot connect to spawned rank {rank} at {addr}: {e}");
+            }
+        }
         let (s, rp) = (sh.clone(), replies.clone());
         let reader = rv.try_clone().map_err(|e| Error::io("dup", e))?;
         std::thread::Builder::new()
@@ -677,7 +771,7 @@ impl TcpTransport {
             size: env.size,
             procs,
             hosts,
-            parent: None,
+            parent,
         };
         // The waiting policy (`vmmc::wait`) learns how many ranks share this host's cores.
         let me = job.procs[env.rank].node;
@@ -698,10 +792,118 @@ impl TcpTransport {
         })
     }
 
+    /// A spawned process's connections: every process alive when it joined (the ones with
+    /// an address in its welcome) connects to it when the rendezvous tells it so. One that
+    /// leaves before it does is reported gone on the rendezvous connection, read here too:
+    /// it is then no longer waited for. Spawned processes that join meanwhile (`Joined`) are
+    /// returned, to connect to once the transport runs.
+    #[allow(clippy::type_complexity)]
+    fn mesh_spawned(
+        env: &BootEnv,
+        l: &TcpListener,
+        addrs: &[String],
+        rv: &TcpStream,
+    ) -> Result<(Vec<Option<Arc<Conn>>>, Vec<(usize, ProcId, String)>)> {
+        let mut socks: Vec<Option<TcpStream>> = (0..addrs.len()).map(|_| None).collect();
+        let mut want: std::collections::HashSet<usize> = (0..addrs.len())
+            .filter(|&r| r != env.rank && !addrs[r].is_empty())
+            .collect();
+        let mut deferred = Vec::new();
+        l.set_nonblocking(true)
+            .map_err(|e| Error::io("listener", e))?;
+        let deadline = Instant::now() + CONNECT_WAIT;
+        while !want.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Bootstrap(format!(
+                    "processes {want:?} did not connect in time"
+                )));
+            }
+            let mut p = [
+                libc::pollfd {
+                    fd: l.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: rv.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            unsafe { libc::poll(p.as_mut_ptr(), 2, left.as_millis().min(1000) as i32) };
+            if p[1].revents != 0 {
+                match Msg::recv(rv)? {
+                    Some(Msg::Gone { rank, .. }) => {
+                        want.remove(&(rank as usize));
+                    }
+                    Some(Msg::Joined { rank, proc, addr }) => {
+                        deferred.push((rank as usize, proc, addr))
+                    }
+                    Some(Msg::Err { text, .. }) => return Err(Error::Bootstrap(text)),
+                    Some(other) => {
+                        return Err(Error::Protocol(format!(
+                            "unexpected {other:?} while joining"
+                        )))
+                    }
+                    None => {
+                        return Err(Error::Bootstrap(
+                            "the rendezvous closed the connection".into(),
+                        ))
+                    }
+                }
+            }
+            let mut s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::Interrupted =>
+                {
+                    continue
+                }
+                Err(e) => return Err(Error::io("accept", e)),
+            };
+            s.set_nonblocking(false)
+                .map_err(|e| Error::io("blocking", e))?;
+            s.set_read_timeout(Some(CONNECT_WAIT))
+                .map_err(|e| Error::io("timeout", e))?;
+            let mut b = [0u8; HEADER];
+            if s.read_exact(&mut b).is_err() {
+                // A process that connected and left at once: its `Gone` follows.
+                continue;
+            }
+            let h = Header::decode(&b);
+            let r = h.offset as usize;
+            if h.kind != kind::HELLO
+                || h.key != MAGIC
+                || r >= addrs.len()
+                || r == env.rank
+                || addrs[r].is_empty()
+                || socks[r].is_some()
+            {
+                return Err(Error::Protocol(format!(
+                    "unexpected data connection (hello {h:?})"
+                )));
+            }
+            s.set_read_timeout(None)
+                .map_err(|e| Error::io("timeout", e))?;
+            socks[r] = Some(s);
+            want.remove(&r);
+        }
+        let conns = socks
+            .into_iter()
+            .enumerate()
+            .map(|(r, s)| s.map(|s| Conn::open(r, s)).transpose())
+            .collect::<Result<_>>()?;
+        Ok((conns, deferred))
+    }
+
     /// One connection per pair: each rank connects to the lower ranks and accepts the higher.
     fn mesh(env: &BootEnv, l: &TcpListener, addrs: &[String]) -> Result<Vec<Option<Arc<Conn>>>> {
-        let mut socks: Vec<Option<TcpStream>> = (0..env.size).map(|_| None).collect();
-        for (r, a) in addrs.iter().enumerate().take(env.rank) {
+        let mut socks: Vec<Option<TcpStream>> = (0..addrs.len()).map(|_| None).collect();
+        let (connect, accept) = (env.rank, env.size - env.rank - 1);
+        for (r, a) in addrs.iter().enumerate().take(connect) {
             let mut s = a
                 .parse()
                 .map_err(|e| Error::Bootstrap(format!("rank {r}'s address {a:?}: {e}")))
@@ -723,7 +925,7 @@ impl TcpTransport {
         l.set_nonblocking(true)
             .map_err(|e| Error::io("listener", e))?;
         let deadline = Instant::now() + CONNECT_WAIT;
-        for _ in env.rank + 1..env.size {
+        for _ in 0..accept {
             let mut s = accept_until(l, deadline)?;
             s.set_nonblocking(false)
                 .map_err(|e| Error::io("blocking", e))?;
@@ -751,25 +953,7 @@ impl TcpTransport {
         socks
             .into_iter()
             .enumerate()
-            .map(|(r, s)| {
-                s.map(|s| {
-                    tune(&s)?;
-                    s.set_nonblocking(true)
-                        .map_err(|e| Error::io("non-blocking", e))?;
-                    Ok(Arc::new(Conn {
-                        rank: r,
-                        sock: s,
-                        send: Mutex::new(0),
-                        acked: Mutex::new(0),
-                        acked_cv: Condvar::new(),
-                        state: AtomicU32::new(ALIVE),
-                        saw_bye: AtomicBool::new(false),
-                        reported: AtomicU32::new(ALIVE),
-                        verdict: AtomicU32::new(ALIVE),
-                    }))
-                })
-                .transpose()
-            })
+            .map(|(r, s)| s.map(|s| Conn::open(r, s)).transpose())
             .collect()
     }
 
@@ -842,15 +1026,23 @@ impl TcpTransport {
                 len,
                 has_handler,
                 ..
-            } => Ok(Some(RemoteTcp {
-                sh: self.sh.clone(),
-                conn: self.sh.conns[owner].clone(),
-                owner,
-                key,
-                len: len as usize,
-                has_handler,
-                link: self.sh.link(owner, key),
-            })),
+            } => {
+                Ok(Some(RemoteTcp {
+                    sh: self.sh.clone(),
+                    conn: if owner == self.job.rank {
+                        None
+                    } else {
+                        Some(self.sh.conns.get(owner).cloned().ok_or_else(|| {
+                            Error::PeerLost(format!("no connection to rank {owner}"))
+                        })?)
+                    },
+                    owner,
+                    key,
+                    len: len as usize,
+                    has_handler,
+                    link: self.sh.link(owner, key),
+                }))
+            }
             Msg::Err { code, text, .. } => Err(proto::error_from(code, text, buf)),
             other => Err(Error::Protocol(format!("unexpected {other:?}"))),
         }
@@ -863,7 +1055,7 @@ impl TcpTransport {
     /// frames of ours unread, its socket answers with a reset, which may overtake its
     /// goodbye); without a report by then it counts as crashed.
     pub fn peer_crashed(&self, rank: usize) -> bool {
-        let Some(Some(c)) = self.sh.conns.get(rank) else {
+        let Some(c) = self.sh.conns.get(rank) else {
             return false;
         };
         let deadline = Instant::now() + VERDICT_WAIT;
@@ -925,6 +1117,24 @@ impl TcpTransport {
         }
     }
 
+    /// The rank of a process of the job: the initial ranks and every process spawned since
+    /// (whose identity the rendezvous told this one when it joined).
+    fn rank_of(&self, p: ProcId) -> Option<usize> {
+        self.job
+            .rank_of(p)
+            .or_else(|| (0..self.sh.procs.len()).find(|&r| self.sh.procs.get(r) == Some(&p)))
+            .or_else(|| {
+                // Told of a spawned process by a peer before the rendezvous's `Joined` was
+                // read: catch up with the rendezvous, which sent it first.
+                if p.node == server::NOBODY.node || self.finished.load(Ordering::Acquire) {
+                    return None;
+                }
+                let req = self.req();
+                matches!(self.call(req, &Msg::Sync { req }), Ok(Msg::Ok { .. })).then_some(())?;
+                (0..self.sh.procs.len()).find(|&r| self.sh.procs.get(r) == Some(&p))
+            })
+    }
+
     fn req(&self) -> u64 {
         self.next_req.fetch_add(1, Ordering::Relaxed)
     }
@@ -952,8 +1162,10 @@ impl TcpTransport {
     /// the receiver checks on arrival).
     #[doc(hidden)]
     pub fn send_raw_write(&self, rank: usize, key: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let c = self.sh.conns[rank]
-            .as_ref()
+        let c = self
+            .sh
+            .conns
+            .get(rank)
             .ok_or(Error::InvalidArgument("no connection to that rank"))?;
         let h = Header {
             kind: kind::WRITE,
@@ -987,12 +1199,43 @@ impl TcpTransport {
     }
 }
 
+/// Connects to a process spawned into the job and hands the connection to the progress
+/// engine.
+fn join_peer(sh: &Shared, rank: usize, proc: ProcId, addr: &str) -> Result<()> {
+    if rank >= sh.conns.len() {
+        return Err(Error::InvalidArgument(
+            "more spawned processes than MAX_SPAWNED",
+        ));
+    }
+    let sa: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| Error::Bootstrap(format!("address {addr:?}: {e}")))?;
+    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(10))
+        .map_err(|e| Error::io("connect to a spawned process", e))?;
+    let h = Header {
+        kind: kind::HELLO,
+        key: MAGIC,
+        offset: sh.rank as u64,
+        ..Default::default()
+    };
+    s.write_all(&h.encode())
+        .map_err(|e| Error::io("hello to a spawned process", e))?;
+    let c = Conn::open(rank, s)?;
+    sh.procs.set(rank, proc);
+    if !sh.conns.set(rank, c.clone()) {
+        return Err(Error::Protocol(format!("rank {rank} joined twice")));
+    }
+    sh.registry
+        .register(&mut SourceFd(&c.fd()), Token(rank), Interest::READABLE)
+        .map_err(|e| Error::io("epoll_ctl", e))
+}
+
 fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>, Condvar)>) {
     let (m, cv) = &*replies;
     loop {
         match Msg::recv(&s) {
             Ok(Some(Msg::Gone { rank, crashed })) => {
-                if let Some(Some(c)) = sh.conns.get(rank as usize) {
+                if let Some(c) = sh.conns.get(rank as usize) {
                     // Not at once: the rendezvous may overtake the data connection, whose
                     // frames sent before the peer left must be placed first.
                     let how = if crashed { LOST } else { ENDED };
@@ -1004,8 +1247,16 @@ fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>
                     c.acked_cv.notify_all();
                 }
             }
+            Ok(Some(Msg::Joined { rank, proc, addr })) => {
+                // Before any later reply is read: a spawner learns the new process's identity
+                // only after its connection is in place.
+                if let Err(e) = join_peer(&sh, rank as usize, proc, &addr) {
+                    eprintln!("vmmc-tcp: cannot connect to spawned rank {rank} at {addr}: {e}");
+                }
+            }
             Ok(Some(msg)) => {
                 let req = match &msg {
+                    Msg::Spawned { req, .. } => *req,
                     Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
                     _ => continue,
                 };
@@ -1076,12 +1327,12 @@ impl Transport for TcpTransport {
             key: e.key,
             ..Default::default()
         };
-        for c in self.sh.conns.iter().flatten() {
+        for c in self.sh.conns.iter() {
             let _ = c.send_frame(&h, &[], &self.sh.stats);
         }
         if self.revoke_waits.load(Ordering::SeqCst) {
             // A peer that is lost meanwhile writes nothing more: its error is no failure here.
-            for c in self.sh.conns.iter().flatten() {
+            for c in self.sh.conns.iter() {
                 let _ = c.fence(&self.sh.stats);
             }
         }
@@ -1095,9 +1346,8 @@ impl Transport for TcpTransport {
 
     fn import_request(&self, owner: ProcId, buf: BufId) -> Result<u64> {
         let rank = self
-            .job
             .rank_of(owner)
-            .ok_or_else(|| Error::PeerLost(format!("{owner} is not a process of this job")))?;
+            .ok_or_else(|| Error::PeerLost(format!("{owner} (not a process of this job)")))?;
         if !self.peer_alive(owner) {
             return Err(Error::PeerLost(format!("rank {rank}")));
         }
@@ -1174,20 +1424,24 @@ impl Transport for TcpTransport {
     }
 
     fn peer_alive(&self, p: ProcId) -> bool {
-        match self.job.rank_of(p) {
+        match self.rank_of(p) {
             Some(r) if r == self.job.rank => true,
-            Some(r) => self.sh.conns[r]
-                .as_ref()
+            Some(r) => self
+                .sh
+                .conns
+                .get(r)
                 .is_some_and(|c| c.state.load(Ordering::Acquire) == ALIVE),
             None => false,
         }
     }
 
     fn peer_failed(&self, p: ProcId) -> bool {
-        match self.job.rank_of(p) {
+        match self.rank_of(p) {
             Some(r) if r == self.job.rank => false,
-            Some(r) => self.sh.conns[r]
-                .as_ref()
+            Some(r) => self
+                .sh
+                .conns
+                .get(r)
                 .is_some_and(|c| c.state.load(Ordering::Acquire) == LOST),
             None => false,
         }
@@ -1237,6 +1491,21 @@ impl Transport for TcpTransport {
         f()
     }
 
+    fn spawn(&self, spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        let req = self.req();
+        let m = Msg::Spawn {
+            req,
+            host: spec.host.to_string(),
+            program: spec.program.to_string(),
+            args: spec.args.to_vec(),
+        };
+        match self.call(req, &m)? {
+            Msg::Spawned { proc, .. } => Ok(proc),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, 0)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
     fn finish(&self) -> Result<()> {
         if self.finished.swap(true, Ordering::SeqCst) {
             return Ok(());
@@ -1252,7 +1521,6 @@ impl Transport for TcpTransport {
             .sh
             .conns
             .iter()
-            .flatten()
             .filter(|c| c.send_frame(&bye, &[], &self.sh.stats).is_ok())
             .collect();
         let deadline = Instant::now() + DRAIN_WAIT;
@@ -1268,7 +1536,7 @@ impl Transport for TcpTransport {
         let _ = self.rv_send(&Msg::Bye);
         if self.own_rendezvous.is_some() {
             // The trusted party lives in this process: stay until every other rank has left.
-            for c in self.sh.conns.iter().flatten() {
+            for c in self.sh.conns.iter() {
                 let mut a = lock(&c.acked);
                 while c.state.load(Ordering::Acquire) == ALIVE {
                     a = c

@@ -86,6 +86,43 @@ pub enum Msg {
         /// Whether the exporter has a handler on it.
         has_handler: bool,
     },
+    /// Rank -> rendezvous: start `program args` on `host` as a new process of the job
+    /// (`vmmc_Spawn`); answered by `Spawned` once it joined, or by `Err`.
+    Spawn {
+        /// Request id.
+        req: u64,
+        /// The host.
+        host: String,
+        /// The program.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+    },
+    /// Rendezvous -> spawner: the new process joined.
+    Spawned {
+        /// Request id.
+        req: u64,
+        /// Its rank (beyond the initial size).
+        rank: u32,
+        /// Its identity.
+        proc: ProcId,
+    },
+    /// Rendezvous -> every other process: a spawned process joined; connect to it.
+    Joined {
+        /// Its rank.
+        rank: u32,
+        /// Its identity.
+        proc: ProcId,
+        /// Its data listener.
+        addr: String,
+    },
+    /// Rank -> rendezvous: answered by `Ok` after everything the rendezvous sent this rank
+    /// before (a process that learned a spawned process's identity from a peer catches up
+    /// with the `Joined` that introduced it).
+    Sync {
+        /// Request id.
+        req: u64,
+    },
     /// Rendezvous -> rank: a rank left the job (`crashed`: without saying goodbye).
     Gone {
         /// The rank.
@@ -247,6 +284,35 @@ impl Msg {
                 w.u32(*rank);
                 w.u8(*crashed as u8);
             }
+            Msg::Spawn {
+                req,
+                host,
+                program,
+                args,
+            } => {
+                w.u8(11);
+                w.u64(*req);
+                w.str(host);
+                w.str(program);
+                w.u32(args.len() as u32);
+                args.iter().for_each(|a| w.str(a));
+            }
+            Msg::Spawned { req, rank, proc } => {
+                w.u8(12);
+                w.u64(*req);
+                w.u32(*rank);
+                w.proc(*proc);
+            }
+            Msg::Sync { req } => {
+                w.u8(14);
+                w.u64(*req);
+            }
+            Msg::Joined { rank, proc, addr } => {
+                w.u8(13);
+                w.u32(*rank);
+                w.proc(*proc);
+                w.str(addr);
+            }
         }
         let n = (w.0.len() - 4) as u32;
         w.0[..4].copy_from_slice(&n.to_le_bytes());
@@ -315,6 +381,30 @@ impl Msg {
                 rank: r.u32()?,
                 crashed: r.u8()? != 0,
             },
+            11 => {
+                let req = r.u64()?;
+                let host = r.str()?;
+                let program = r.str()?;
+                let n = r.count(4)?;
+                let args = (0..n).map(|_| r.str()).collect::<Result<_>>()?;
+                Msg::Spawn {
+                    req,
+                    host,
+                    program,
+                    args,
+                }
+            }
+            12 => Msg::Spawned {
+                req: r.u64()?,
+                rank: r.u32()?,
+                proc: r.proc()?,
+            },
+            14 => Msg::Sync { req: r.u64()? },
+            13 => Msg::Joined {
+                rank: r.u32()?,
+                proc: r.proc()?,
+                addr: r.str()?,
+            },
             t => return Err(Error::Protocol(format!("unknown rendezvous message {t}"))),
         };
         if !r.0.is_empty() {
@@ -356,6 +446,13 @@ pub fn error_from(code: i32, text: String, buf: BufId) -> Error {
         -5 => Error::NoSuchBuffer(buf),
         -6 => Error::PermissionDenied(buf),
         -10 => Error::PeerLost(text),
+        -20 => Error::SpawnFailed(match text.strip_prefix("spawn failed: ") {
+            Some(t) => t.to_string(),
+            None => text,
+        }),
+        -16 => Error::Unsupported(
+            "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
+        ),
         -1 => Error::InvalidArgument("refused by the rendezvous"),
         _ => Error::Protocol(text),
     }
@@ -461,6 +558,23 @@ mod tests {
                 importers: Importers::Only(vec![p]),
             },
             Msg::Unexport { req: 5, buf: 6 },
+            Msg::Spawn {
+                req: 3,
+                host: "h".into(),
+                program: "/bin/true".into(),
+                args: vec!["a".into(), "".into()],
+            },
+            Msg::Spawned {
+                req: 4,
+                rank: 5,
+                proc: p,
+            },
+            Msg::Joined {
+                rank: 5,
+                proc: p,
+                addr: "10.0.0.1:7".into(),
+            },
+            Msg::Sync { req: 6 },
             Msg::Import {
                 req: 7,
                 owner: 8,

@@ -4,6 +4,12 @@
 //! grants or refuses imports, and tells the survivors when a rank's connection ends (a clean
 //! `Bye` first: the rank left; no `Bye`: it died).
 //!
+//! A process of the job may ask it to start another one (`vmmc_Spawn`): the launcher that
+//! hosts it gave it a [`Spawner`]; it reserves the next rank (beyond the initial size, never
+//! reused), has the launcher start the process, and when that process says hello it gets the
+//! next squid of its node, a welcome listing every process so far, the others are told to
+//! connect to it (`Joined`), and the spawner gets its identity.
+//!
 //! Hosted by the launcher (`vmmc-run --transport tcp`), by a test harness, or by rank 0 itself
 //! when a site's launcher started the job (`VMMC_RENDEZVOUS=host:port`).
 
@@ -29,7 +35,10 @@ struct Joined {
     listen: String,
 }
 
+pub use vmmc::registry::{SpawnOrder, Spawner};
+
 struct State {
+    /// The ranks the launcher started; spawned ones come after them.
     size: usize,
     joined: Vec<Option<Joined>>,
     procs: Vec<ProcId>,
@@ -38,11 +47,45 @@ struct State {
     gone: Vec<bool>,
     /// Why the job can no longer start (a rank died before every rank joined).
     aborted: Option<String>,
+    /// The address of each node, by node id.
+    nodes: Vec<String>,
+    /// The last squid given out on each node.
+    squids: HashMap<u32, u32>,
+    /// Spawned ranks not yet joined: (spawner's rank, its request id).
+    pending: HashMap<usize, (usize, u64)>,
 }
+
+impl State {
+    /// The node of a process reaching us from `ip`, and its squid there.
+    fn assign(&mut self, ip: &str) -> ProcId {
+        let node = match self.nodes.iter().position(|h| h == ip) {
+            Some(n) => n as u32,
+            None => {
+                self.nodes.push(ip.to_string());
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        let s = self.squids.entry(node).or_insert(0);
+        *s += 1;
+        ProcId { node, squid: *s }
+    }
+
+    /// Every process so far, spawned ones included.
+    fn count(&self) -> usize {
+        self.joined.len()
+    }
+}
+
+/// A rank that never joined (its spawn failed or is under way).
+pub const NOBODY: ProcId = ProcId {
+    node: u32::MAX,
+    squid: 0,
+};
 
 struct Inner {
     state: Mutex<State>,
     stop: AtomicBool,
+    spawner: Mutex<Option<Arc<Spawner>>>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -71,8 +114,12 @@ impl Rendezvous {
                 registry: Registry::default(),
                 gone: vec![false; size],
                 aborted: None,
+                nodes: Vec::new(),
+                squids: HashMap::new(),
+                pending: HashMap::new(),
             }),
             stop: AtomicBool::new(false),
+            spawner: Mutex::new(None),
         });
         let i = inner.clone();
         std::thread::Builder::new()
@@ -106,6 +153,30 @@ impl Rendezvous {
     /// The address ranks connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Lets processes of the job spawn others: `f` starts them (without it, `vmmc_Spawn`
+    /// is unsupported: nobody here can start a process).
+    pub fn set_spawner(&self, f: Spawner) {
+        *self.inner.spawner.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// The launcher saw the process of `rank` end (any status). A spawned process that ends
+    /// before it joined fails its spawn (then this returns true); other ends are seen on
+    /// their connections.
+    pub fn mark_ended(&self, rank: usize, how: &str) -> bool {
+        let mut st = lock(&self.inner.state);
+        let Some((by, req)) = st.pending.remove(&rank) else {
+            return false;
+        };
+        {
+            let e = Error::SpawnFailed(format!(
+                "the spawned process (rank {rank}) {how} before it joined the job"
+            ));
+            reply(&st, by, &err(req, &e));
+            st.gone[rank] = true;
+        }
+        true
     }
 }
 
@@ -152,22 +223,36 @@ fn serve(inner: &Inner, s: TcpStream) {
             let _ = err(0, &Error::Bootstrap(why.clone())).send(&s);
             return;
         }
-        if size as usize != st.size || rank >= st.size || st.joined[rank].is_some() {
+        if rank >= st.size {
+            if !st.welcomed || !st.pending.contains_key(&rank) || st.joined[rank].is_some() {
+                let why = format!("rank {rank} is no process this job spawned");
+                let _ = err(0, &Error::Bootstrap(why)).send(&s);
+                return;
+            }
+            let Ok(w) = s.try_clone() else { return };
+            st.joined[rank] = Some(Joined {
+                stream: w,
+                ip: ip.clone(),
+                listen,
+            });
+            join_spawned(&mut st, rank, &ip);
+        } else if size as usize != st.size || st.joined[rank].is_some() {
             let why = format!(
                 "rank {rank} of {size} cannot join a job of {} (or joined twice)",
                 st.size
             );
             let _ = err(0, &Error::Bootstrap(why)).send(&s);
             return;
-        }
-        let Ok(w) = s.try_clone() else { return };
-        st.joined[rank] = Some(Joined {
-            stream: w,
-            ip,
-            listen,
-        });
-        if st.joined.iter().all(Option::is_some) {
-            welcome(&mut st);
+        } else {
+            let Ok(w) = s.try_clone() else { return };
+            st.joined[rank] = Some(Joined {
+                stream: w,
+                ip,
+                listen,
+            });
+            if st.joined.iter().all(Option::is_some) {
+                welcome(&mut st);
+            }
         }
     }
     let mut clean = false;
@@ -206,9 +291,100 @@ fn serve(inner: &Inner, s: TcpStream) {
         rank: rank as u32,
         crashed: !clean,
     };
-    for r in 0..st.size {
+    for r in 0..st.count() {
         if r != rank && !st.gone[r] {
             reply(&st, r, &m);
+        }
+    }
+}
+
+/// A spawned process said hello: its identity, its welcome (the data listeners of every
+/// process alive, which connect to it), the others' `Joined`, and the spawner's answer.
+fn join_spawned(st: &mut State, rank: usize, ip: &str) {
+    let me = st.assign(ip);
+    st.procs[rank] = me;
+    let (by, req) = st.pending.remove(&rank).expect("checked");
+    let listen = |st: &State, r: usize| match &st.joined[r] {
+        Some(j) if !st.gone[r] => j.listen.clone(),
+        _ => String::new(),
+    };
+    // Every process so far, spawned ones that joined before it included (a spawn asked for
+    // later may say hello first): all of them connect to it.
+    let addrs: Vec<String> = (0..st.count()).map(|r| listen(st, r)).collect();
+    reply(
+        st,
+        rank,
+        &Msg::Welcome {
+            procs: st.procs.clone(),
+            hosts: st.nodes.clone(),
+            addrs,
+        },
+    );
+    let joined = Msg::Joined {
+        rank: rank as u32,
+        proc: me,
+        addr: listen(st, rank),
+    };
+    for r in 0..st.count() {
+        if r != rank && !st.gone[r] && st.joined[r].is_some() {
+            reply(st, r, &joined);
+        }
+    }
+    // After `Joined` on the same stream: the spawner knows how to reach it when told.
+    reply(
+        st,
+        by,
+        &Msg::Spawned {
+            req,
+            rank: rank as u32,
+            proc: me,
+        },
+    );
+}
+
+/// `vmmc_Spawn`: reserves a rank and has the launcher start the process.
+fn spawn(inner: &Inner, by: usize, req: u64, host: String, program: String, args: Vec<String>) {
+    let spawner = inner
+        .spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let order = {
+        let mut st = lock(&inner.state);
+        let Some(_) = &spawner else {
+            let e = Error::Unsupported(
+                "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
+            );
+            reply(&st, by, &err(req, &e));
+            return;
+        };
+        let rank = st.count();
+        if rank >= st.size + crate::MAX_SPAWNED {
+            let e = Error::SpawnFailed(format!(
+                "this job has spawned its limit of {} processes",
+                crate::MAX_SPAWNED
+            ));
+            reply(&st, by, &err(req, &e));
+            return;
+        }
+        st.joined.push(None);
+        st.gone.push(false);
+        st.procs.push(NOBODY);
+        st.pending.insert(rank, (by, req));
+        SpawnOrder {
+            rank,
+            host,
+            program,
+            args,
+            parent: st.procs[by],
+        }
+    };
+    // Outside the lock: the launcher takes its own locks and may report an end at once.
+    if let Err(why) = (spawner.expect("checked"))(&order) {
+        let mut st = lock(&inner.state);
+        if st.pending.remove(&order.rank).is_some() {
+            st.gone[order.rank] = true;
+            reply(&st, by, &err(req, &Error::SpawnFailed(why)));
         }
     }
 }
@@ -220,28 +396,16 @@ fn abort_start(st: &mut State, why: &str) {
     }
     st.aborted = Some(why.to_string());
     let m = err(0, &Error::Bootstrap(why.to_string()));
-    for r in 0..st.size {
+    for r in 0..st.count() {
         reply(st, r, &m);
     }
 }
 
 /// Everyone has joined: one node per distinct address, squids unique per node.
 fn welcome(st: &mut State) {
-    let mut nodes: Vec<String> = Vec::new();
-    let mut squids: HashMap<u32, u32> = HashMap::new();
-    let mut procs = Vec::new();
-    for j in st.joined.iter().flatten() {
-        let node = match nodes.iter().position(|h| *h == j.ip) {
-            Some(n) => n as u32,
-            None => {
-                nodes.push(j.ip.clone());
-                (nodes.len() - 1) as u32
-            }
-        };
-        let s = squids.entry(node).or_insert(0);
-        *s += 1;
-        procs.push(ProcId { node, squid: *s });
-    }
+    let ips: Vec<String> = st.joined.iter().flatten().map(|j| j.ip.clone()).collect();
+    let procs: Vec<ProcId> = ips.iter().map(|ip| st.assign(ip)).collect();
+    let nodes = st.nodes.clone();
     let addrs = st
         .joined
         .iter()
@@ -255,12 +419,24 @@ fn welcome(st: &mut State) {
         hosts: nodes,
         addrs,
     };
-    for r in 0..st.size {
+    for r in 0..st.count() {
         reply(st, r, &m);
     }
 }
 
 fn request(inner: &Inner, rank: usize, m: Msg) {
+    if let Msg::Spawn {
+        req,
+        host,
+        program,
+        args,
+    } = m
+    {
+        if lock(&inner.state).welcomed {
+            spawn(inner, rank, req, host, program, args);
+        }
+        return;
+    }
     let mut st = lock(&inner.state);
     if !st.welcomed {
         return;
@@ -302,6 +478,7 @@ fn request(inner: &Inner, rank: usize, m: Msg) {
                 Err(e) => reply(&st, rank, &err(req, &e)),
             }
         }
+        Msg::Sync { req } => reply(&st, rank, &Msg::Ok { req }),
         Msg::Unexport { req, buf } => {
             let m = match st.registry.unexport(me, buf) {
                 Ok(_) => Msg::Ok { req },
@@ -310,7 +487,7 @@ fn request(inner: &Inner, rank: usize, m: Msg) {
             reply(&st, rank, &m);
         }
         Msg::Import { req, owner, buf } => {
-            let Some(&owner) = st.procs.get(owner as usize) else {
+            let Some(&owner) = st.procs.get(owner as usize).filter(|p| **p != NOBODY) else {
                 reply(
                     &st,
                     rank,
