@@ -492,6 +492,12 @@ pub unsafe fn install_bell(bell: *const Bell) -> bool {
         .is_ok()
 }
 
+/// Returns the process to its local bell (a transport leaving the process for good, whose
+/// bell's memory is about to go: a ring after this reaches nobody, as none is needed).
+pub fn uninstall_bell() {
+    BELL.store(0, Ordering::Release);
+}
+
 /// Rings the process's own bell: for a local writer (a handler thread, a library's service
 /// thread) that completes what a waiter of this process may sleep for.
 #[inline]

@@ -22,6 +22,22 @@ fn count(len: usize) -> Result<c_int> {
 
 /// Initialises MPI with full thread support, unless the program did already; returns whether
 /// this call initialised it (and so must finalise it).
+/// MPICH's switch for its progress thread (see [`init`]).
+const MPICH_PROGRESS: &str = "MPIR_CVAR_ASYNC_PROGRESS";
+
+/// `MPI_Get_library_version` (callable before `MPI_Init`): which MPI this is.
+pub fn library_version() -> String {
+    let mut buf = vec![0u8; sys::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING bytes as the call requires.
+    let rc = unsafe { sys::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return String::new();
+    }
+    buf.truncate((len.max(0) as usize).min(buf.len()));
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 pub fn init() -> Result<bool> {
     // Threads of one process may join at once (tests do): one initialises.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -33,6 +49,14 @@ pub fn init() -> Result<bool> {
     let mut provided: c_int = 0;
     let ours = flag == 0;
     if ours {
+        if library_version().contains("MPICH") && std::env::var_os(MPICH_PROGRESS).is_none() {
+            // MPICH completes a passive-target put only when the target's process enters
+            // MPI (measured with MPICH 4.0 over UCX: a flush waits forever while its target
+            // waits on a flag in memory, as every VMMC receiver does); its progress thread
+            // makes the puts complete. Set before MPI reads its variables, in the one thread
+            // that initialises MPI.
+            std::env::set_var(MPICH_PROGRESS, "1");
+        }
         // SAFETY: MPI is not initialised; MPI allows null argc/argv.
         let rc = unsafe {
             sys::MPI_Init_thread(
@@ -217,6 +241,20 @@ impl Win {
         };
         check(rc, "MPI_Win_allocate")?;
         Win::epoch(w, base)
+    }
+
+    /// Ends the window's epoch and frees it (collective: every rank frees its windows in
+    /// the same order). MPICH's UCX layer insists on it before `MPI_Finalize`.
+    ///
+    /// # Safety
+    /// Nothing may use the window, or an allocated window's memory, afterwards.
+    pub unsafe fn free(&self) {
+        let mut w = self.w;
+        // SAFETY: a window in its `lock_all` epoch; the caller guarantees no later use.
+        unsafe {
+            sys::MPI_Win_unlock_all(w);
+            sys::MPI_Win_free(&mut w);
+        }
     }
 
     /// This rank's memory of an allocated window.

@@ -72,7 +72,13 @@
 //!   out on this transport for that reason.
 //! - MPI is initialised once per process (with `MPI_THREAD_MULTIPLE`, required) and
 //!   finalised when it exits; a process may make several endpoints. Built against the MPI
-//!   that `mpi-sys` finds (Open MPI here; MPICH should do, untested).
+//!   that `mpi-sys` finds: Open MPI by default here; MPICH with `MPICC=mpicc.mpich` (the
+//!   conformance suite runs on both; `scripts/test.sh` builds the MPICH one in
+//!   `target/mpich`). Under MPICH the transport turns on MPICH's progress thread
+//!   (`MPIR_CVAR_ASYNC_PROGRESS=1`, unless the environment sets it): MPICH 4.0 completes a
+//!   passive-target put only when its target enters MPI, and a VMMC receiver waits on memory.
+//!   It also frees its windows before `MPI_Finalize`, which MPICH's UCX layer requires. A
+//!   dead rank ends an MPICH job too (Hydra kills the others).
 //! - Automatic update is emulated (no MPI operation propagates single stores).
 #![deny(missing_docs)]
 
@@ -127,6 +133,25 @@ static CRASHED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn finalize_at_exit() {
     if !CRASHED.load(Ordering::SeqCst) {
+        // Under MPICH the windows are freed first (its UCX layer asserts at finalize on
+        // memory still registered), in the order every rank made them (collective calls).
+        // The doorbell's window goes too: the process's bell returns to a local one first.
+        // Open MPI needs none of this and keeps its windows to the end.
+        let mpich = ffi::library_version().contains("MPICH");
+        if let Some(w) = mpich.then(|| lock(&WINDOWS).take()).flatten() {
+            vmmc::wait::uninstall_bell();
+            // SAFETY: the process is exiting: no endpoint of it uses the windows any more
+            // (every rank reaches this point after its transport finished).
+            unsafe {
+                if let Some(d) = &w.data {
+                    d.free();
+                }
+                if let Some(p) = &w.pool {
+                    p.win.free();
+                }
+                w.bells.free();
+            }
+        }
         ffi::finalize();
     }
 }
