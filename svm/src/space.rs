@@ -832,7 +832,18 @@ impl Svm {
 
     /// Waits for `poll` to give a value, serving requests meanwhile and watching for dead
     /// nodes.
-    fn wait<T>(&self, what: &str, mut poll: impl FnMut(&Self) -> Result<Option<T>>) -> Result<T> {
+    fn wait<T>(&self, what: &str, poll: impl FnMut(&Self) -> Result<Option<T>>) -> Result<T> {
+        self.wait_from(what, None, poll)
+    }
+
+    /// [`Self::wait`] for what one node sends (`from`): only that node's loss ends the wait
+    /// (every node's, with `None`).
+    fn wait_from<T>(
+        &self,
+        what: &str,
+        from: Option<usize>,
+        mut poll: impl FnMut(&Self) -> Result<Option<T>>,
+    ) -> Result<T> {
         // The core's one policy: spin while it pays, yield where processes outnumber cores,
         // then sleep on the process's doorbell, which every transfer into this node's buffers
         // (requests, replies, grants) and every notification handler rings.
@@ -852,7 +863,7 @@ impl Svm {
             self.svc.ring_due(wait.resting())?;
             turns += 1;
             if lost.is_none() && (wait.resting() || turns.is_multiple_of(256)) {
-                if let Err(e) = self.check_peers(what) {
+                if let Err(e) = self.check_peers(what, from) {
                     // What a node sent before it ended may still be on its way: look a few
                     // more times before giving up.
                     lost = Some((e, turns));
@@ -872,9 +883,9 @@ impl Svm {
         }
     }
 
-    fn check_peers(&self, what: &str) -> Result<()> {
+    fn check_peers(&self, what: &str, from: Option<usize>) -> Result<()> {
         let ep = &self.svc.ep;
-        for r in (0..self.n).filter(|&r| r != self.me) {
+        for r in (0..self.n).filter(|&r| r != self.me && from.is_none_or(|f| f == r)) {
             if let Err(e) = ep.check_peer(ep.proc_of(r)?) {
                 return Err(Error::PeerLost(
                     r,
@@ -1346,7 +1357,10 @@ impl Svm {
         } else {
             None
         };
-        let (status, notices) = self.wait("the barrier's release", |s| {
+        // Node 0 sends the release; a node lost before it arrived, node 0 reports in it. Any
+        // other node may leave as soon as it has its own release (after the last barrier,
+        // `finish`): its departure is no reason to stop waiting for ours.
+        let (status, notices) = self.wait_from("the barrier's release", Some(0), |s| {
             s.svc.read_mailbox(&s.svc.ctl, s.svc.lay.release(), epoch)
         })?;
         match status {
