@@ -103,9 +103,17 @@
 //! the library meanwhile, since the doorbell wakes it to serve. On the simulated SHRIMP every
 //! request is notified, as on SHRIMP, and waits are virtual.
 //!
-//! Locks are distributed queues (the manager of lock `l` is node `l mod N`; it forwards a
-//! request to the last requester, which grants the lock when it releases it, with the
-//! write notices the requester lacks); a node that holds a lock's token re-acquires it
+//! Locks are distributed queues without a fixed manager (Naimi and Tréhel's algorithm,
+//! "A log(N) distributed mutual exclusion algorithm based on path reversal", JPDC 1996):
+//! every node keeps, per lock, the node it last knew to request it; a request goes there
+//! and moves on from node to node until it reaches the tail of the queue, and every node
+//! it passes takes the requester as the new tail. The tail grants the lock when it
+//! releases it, with the write notices the requester lacks. Node `l mod N` holds lock
+//! `l`'s token at first. Two nodes that pass a lock back and forth so talk to each other
+//! only: a fixed manager (SHRIMP's SVM kept one per lock) put a third node in every
+//! hand-over, which with more processes than cores is usually asleep (the contended
+//! ping-pong of `bench-svm` on shm with 4 processes on 2 cores went from 190-1140 us per
+//! hand-over to a few microseconds). A node that holds a lock's token re-acquires it
 //! without messages. Flags (Radix's prefix tree) are kept by a manager that forwards
 //! waiters to the last setter, which grants them like a lock. Barriers are centralised at
 //! node 0, which merges the arrivals' write notices and checks that every node made the

@@ -1,6 +1,6 @@
 //! The half of a node that answers other nodes: homes apply diffs and version updates and
-//! serve page requests, lock managers queue requests, token holders grant locks, flag
-//! managers release waiters. It runs on the endpoint's notification handler when a request
+//! serve page requests, lock requests move on towards their queue's tail, token holders
+//! grant locks, flag managers release waiters. It runs on the endpoint's notification handler when a request
 //! arrives while the program computes (the SHRIMP SVM's interrupt-driven service, seed 001
 //! Table 3), and on the program's own thread whenever that thread waits in the library
 //! (polling). One mutex keeps the two apart; the program's thread only tries it, so it never
@@ -46,8 +46,9 @@ pub(crate) struct State {
     pub vt: Vec<u32>,
     /// Write notices: `log[j][k - 1]` lists the pages node j wrote in its interval k.
     pub log: Vec<Vec<Vec<u32>>>,
-    /// Per managed lock (`l / n` for `l % n == me`): the last requester.
-    tail: Vec<u16>,
+    /// Per lock: the node this one last knew to request it (Naimi and Tréhel's `last`,
+    /// the probable tail of its queue); this node is the tail when it is itself.
+    last: Vec<u16>,
     /// Per lock: this node holds its token / holds the lock / who gets it next.
     pub token: Vec<bool>,
     pub held: Vec<bool>,
@@ -170,7 +171,7 @@ impl State {
             pending: Vec::new(),
             vt: vec![0; n],
             log: vec![Vec::new(); n],
-            tail: vec![me as u16; managed(locks)],
+            last: (0..locks).map(|l| (l as usize % n) as u16).collect(),
             token: (0..locks).map(|l| l as usize % n == me).collect(),
             held: vec![false; locks as usize],
             waiter: vec![None; locks as usize],
@@ -794,13 +795,48 @@ impl Service {
         }
     }
 
-    /// The lock's manager: the request joins the queue behind the last requester, who is
-    /// told whom to hand the lock to.
+    /// Where this node's own request for `lock` goes (the probable tail of its queue); the
+    /// node becomes the tail itself.
+    pub fn lock_target(&self, st: &mut State, lock: u32) -> Result<usize> {
+        let last = st
+            .last
+            .get_mut(lock as usize)
+            .ok_or(Error::LockOutOfRange(lock, 0))?;
+        let to = *last as usize;
+        *last = self.me as u16;
+        Ok(to)
+    }
+
+    /// A request for `lock` reached this node (Naimi and Tréhel's algorithm): if this node
+    /// is the tail of the lock's queue, the requester goes next (it gets the token at once
+    /// if the lock is free here); otherwise the request moves on towards the tail. Either
+    /// way the requester becomes the tail as far as this node knows, so that a node's
+    /// later requests go straight to the node that last had the lock, not through a third
+    /// node (with more processes than cores, a third node is asleep more often than not).
     pub fn lock_request(&self, st: &mut State, lock: u32, w: Waiter) -> Result<()> {
-        let i = lock as usize / self.n;
-        let prev = *st.tail.get(i).ok_or(Error::LockOutOfRange(lock, 0))? as usize;
-        st.tail[i] = w.from as u16;
-        self.forward_to(st, prev, S_LOCK, lock, w)
+        let l = lock as usize;
+        let last = *st.last.get(l).ok_or(Error::LockOutOfRange(lock, 0))? as usize;
+        if w.from >= self.n || w.from == self.me {
+            return Err(Error::Protocol(format!(
+                "request for lock {lock} from node {} reached node {}",
+                w.from, self.me
+            )));
+        }
+        st.last[l] = w.from as u16;
+        if last != self.me {
+            return self.forward_to(st, last, S_LOCK, lock, w);
+        }
+        if st.token[l] && !st.held[l] {
+            st.token[l] = false;
+            self.grant(st, &w, S_LOCK)
+        } else if st.waiter[l].is_some() {
+            Err(Error::Protocol(format!(
+                "a second node queued behind this one for lock {lock}"
+            )))
+        } else {
+            st.waiter[l] = Some(w);
+            Ok(())
+        }
     }
 
     fn forward_to(&self, st: &mut State, to: usize, kind: u32, id: u32, w: Waiter) -> Result<()> {
@@ -845,17 +881,10 @@ impl Service {
         }
         match m.kind {
             S_LOCK => {
-                let l = m.id as usize;
-                if l >= st.token.len() {
-                    return Err(Error::Protocol(format!("forward of lock {l}")));
+                if m.id as usize >= st.token.len() {
+                    return Err(Error::Protocol(format!("forward of lock {}", m.id)));
                 }
-                if st.token[l] && !st.held[l] {
-                    st.token[l] = false;
-                    self.grant(st, &w, S_LOCK)
-                } else {
-                    st.waiter[l] = Some(w);
-                    Ok(())
-                }
+                self.lock_request(st, m.id, w)
             }
             // A flag's setter hands over what it knew when it set the flag (and since).
             S_FLAG => self.grant(st, &w, S_FLAG),

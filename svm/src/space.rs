@@ -1126,8 +1126,9 @@ impl Svm {
         Ok(())
     }
 
-    /// Asks the manager of lock or flag `id` (node `id mod N`) for it and waits for the grant
-    /// (from the lock's last holder or the flag's setter); returns the grant's write notices.
+    /// Asks for lock or flag `id` (a lock at the probable tail of its queue, a flag at its
+    /// manager, node `id mod N`) and waits for the grant (from the lock's last holder or the
+    /// flag's setter); returns the grant's write notices.
     fn request_grant(
         &self,
         kind: u32,
@@ -1137,7 +1138,20 @@ impl Svm {
         what: &str,
     ) -> Result<Vec<u32>> {
         let seq = self.next_seq();
-        let mgr = id as usize % self.n;
+        // A lock request goes to the probable tail of the lock's queue, a flag's to its
+        // manager.
+        let mgr = if kind == S_LOCK {
+            let mut st = self.svc.lock();
+            let to = self.svc.lock_target(&mut st, id)?;
+            if to == self.me {
+                return Err(Error::Protocol(format!(
+                    "lock {id}: this node is the tail of its queue without its token"
+                )));
+            }
+            to
+        } else {
+            id as usize % self.n
+        };
         if mgr == self.me {
             let mut st = self.svc.lock();
             let w = Waiter {
@@ -1345,7 +1359,7 @@ impl Svm {
                         let _ = svc.post_mailbox(
                             &mut self.stats.borrow_mut(),
                             To::Ctl(a),
-                            svc.lay.release(),
+                            svc.lay.release(epoch),
                             epoch,
                             lost,
                             &[],
@@ -1361,7 +1375,8 @@ impl Svm {
         // other node may leave as soon as it has its own release (after the last barrier,
         // `finish`): its departure is no reason to stop waiting for ours.
         let (status, notices) = self.wait_from("the barrier's release", Some(0), |s| {
-            s.svc.read_mailbox(&s.svc.ctl, s.svc.lay.release(), epoch)
+            s.svc
+                .read_mailbox(&s.svc.ctl, s.svc.lay.release(epoch), epoch)
         })?;
         match status {
             0 => {}
@@ -1436,7 +1451,7 @@ impl Svm {
             svc.queue_mailbox(
                 &mut st.outbox,
                 To::Ctl(a),
-                svc.lay.release(),
+                svc.lay.release(epoch),
                 epoch,
                 status,
                 &notices,

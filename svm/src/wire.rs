@@ -73,7 +73,8 @@ impl Layout {
         let reply = fwd + n * slot;
         let grant_hdr = reply + slot;
         let rel_hdr = grant_hdr + slot;
-        let grant_data = up(rel_hdr + slot, 4096);
+        // Two release headers, taken by the collective call's parity (see `release`).
+        let grant_data = up(rel_hdr + 2 * slot, 4096);
         let rel_data = grant_data + area;
         let ctl_len = rel_data + area;
         let bar_data = up(n * slot, 4096);
@@ -122,8 +123,16 @@ impl Layout {
     pub fn grant(&self) -> (usize, usize) {
         (self.grant_hdr, self.grant_data)
     }
-    pub fn release(&self) -> (usize, usize) {
-        (self.rel_hdr, self.rel_data)
+    /// The mailbox of collective call `epoch`'s release. Its header alternates between two
+    /// slots: node 0 may post the release of call `epoch` with an error (a node is lost,
+    /// header only) while a node still has the release of call `epoch - 1` to read, which
+    /// must not be overwritten. A release with data comes only once every node has arrived
+    /// for its call, so after each has read the previous one: the data area is shared.
+    pub fn release(&self, epoch: u32) -> (usize, usize) {
+        (
+            self.rel_hdr + (epoch as usize % 2) * self.slot,
+            self.rel_data,
+        )
     }
     /// Node `from`'s arrival mailbox in `BAR`.
     pub fn arrival(&self, from: usize) -> (usize, usize) {
@@ -242,8 +251,9 @@ mod tests {
             assert!(l.awake() + 4 <= l.req(0));
             assert!(l.req(n - 1) + l.slot <= l.fwd(0));
             assert!(l.fwd(n - 1) + l.slot <= l.reply());
-            assert!(l.release().0 + l.slot <= l.grant().1);
-            assert!(l.release().1 + l.area == l.ctl_len);
+            assert!(l.release(0).0 + l.slot <= l.release(1).0);
+            assert!(l.release(1).0 + l.slot <= l.grant().1);
+            assert!(l.release(1).1 + l.area == l.ctl_len);
             assert!(l.slot >= 4 * (SLOT_HEAD + n + 1));
         }
     }

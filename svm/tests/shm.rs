@@ -114,7 +114,7 @@ fn a_dead_node_is_reported() {
             if s.rank() == 2 {
                 vmmc::conformance::die();
             }
-            // Node 1 waits for a lock whose manager is the dead node; node 0 in a barrier.
+            // Node 1 waits for a lock whose token is at the dead node; node 0 in a barrier.
             let e = if s.rank() == 1 {
                 s.view(a).set(0, 1).expect("write");
                 let ep = s.endpoint().clone();

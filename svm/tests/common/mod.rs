@@ -190,6 +190,47 @@ pub fn random_and_counter(s: &mut Svm) -> Result<()> {
     Ok(())
 }
 
+/// Several locks taken in a random order by every node at once: each node picks one of
+/// four locks per round and adds one to that lock's counter under it. The requests cross
+/// on their way to the queues' tails (which move from node to node), and every counter ends
+/// at the number of times its lock was taken anywhere.
+pub fn many_locks(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    const LOCKS: usize = 4;
+    let rounds = if n > 8 { 30 } else { 60 };
+    // counters per lock, then each node's count of its picks per lock
+    let c = s.alloc::<u64>(LOCKS + n * LOCKS, Placement::RoundRobin)?;
+    let mut rng = Rng::new(0x10c5 + me as u64 * 7919);
+    let mut mine = [0u64; LOCKS];
+    for _ in 0..rounds {
+        let l = rng.next() as usize % LOCKS;
+        s.acquire(4 + l as u32)?;
+        let v = s.view(c);
+        v.set(l, v.get(l)? + 1)?;
+        s.release(4 + l as u32)?;
+        mine[l] += 1;
+    }
+    {
+        let v = s.view(c);
+        for (l, &k) in mine.iter().enumerate() {
+            v.set(LOCKS + me * LOCKS + l, k)?;
+        }
+    }
+    s.barrier()?;
+    let w = s.view(c).to_vec()?;
+    for l in 0..LOCKS {
+        let picked: u64 = (0..n).map(|j| w[LOCKS + j * LOCKS + l]).sum();
+        assert_eq!(w[l], picked, "node {me}: lock {}'s counter", 4 + l);
+    }
+    assert_eq!(
+        w[..LOCKS].iter().sum::<u64>(),
+        (rounds * n) as u64,
+        "node {me}: every round counted"
+    );
+    s.barrier()?;
+    Ok(())
+}
+
 /// Flags with acquire/release semantics, as Radix's prefix tree uses them: node k waits for
 /// node k-1's flag, adds its own value to the running sum, and sets its flag.
 pub fn flag_chain(s: &mut Svm) -> Result<()> {
@@ -308,6 +349,8 @@ pub fn all(s: &mut Svm) -> Result<()> {
     step("one_page", s);
     random_and_counter(s)?;
     step("random", s);
+    many_locks(s)?;
+    step("many_locks", s);
     flag_chain(s)?;
     step("flag_chain", s);
     cursors_and_scans(s)?;
