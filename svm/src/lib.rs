@@ -110,10 +110,10 @@
 //! it passes takes the requester as the new tail. The tail grants the lock when it
 //! releases it, with the write notices the requester lacks. Node `l mod N` holds lock
 //! `l`'s token at first. Two nodes that pass a lock back and forth so talk to each other
-//! only: a fixed manager (SHRIMP's SVM kept one per lock) put a third node in every
-//! hand-over, which with more processes than cores is usually asleep (the contended
-//! ping-pong of `bench-svm` on shm with 4 processes on 2 cores went from 190-1140 us per
-//! hand-over to a few microseconds). A node that holds a lock's token re-acquires it
+//! only: a fixed manager per lock (TreadMarks' scheme, which this crate followed first)
+//! put a third node in every hand-over, which with more processes than cores is usually
+//! asleep (the contended ping-pong of `bench-svm` on shm with 4 processes on 2 cores went
+//! from 190-1140 us per hand-over to a few microseconds). A node that holds a lock's token re-acquires it
 //! without messages. Flags (Radix's prefix tree) are kept by a manager that forwards
 //! waiters to the last setter, which grants them like a lock. Barriers are centralised at
 //! node 0, which merges the arrivals' write notices and checks that every node made the
