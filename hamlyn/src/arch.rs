@@ -935,7 +935,16 @@ impl Hamlyn {
     }
 
     /// Moves work queue entries out as far as the links allow (the terminus's engine).
+    #[inline]
     pub fn pump(&mut self) -> Result<()> {
+        // Every wait loop turns through here: an empty queue costs one look.
+        if self.wq.is_empty() {
+            return Ok(());
+        }
+        self.pump_queue()
+    }
+
+    fn pump_queue(&mut self) -> Result<()> {
         while let Some(mut e) = self.wq.pop_front() {
             while e.next < e.npackets && self.room(e.dest) > 0 {
                 if let Err(err) = self.put_next(&mut e, None) {
@@ -1065,7 +1074,7 @@ impl Hamlyn {
         Ok(())
     }
 
-    /// A packet of at most [`SMALL_PACKET`] bytes (header included), built on the stack and
+    /// A packet of at most [`SMALL_PACKET`] bytes (header included), built in `small` and
     /// written with one deliberate update: payload, padding and header in as few cache lines
     /// as the layout allows (a 16 B payload and its header are one line), the sequence word
     /// last. The caller checked that the link was imported and has a free cell.

@@ -437,6 +437,7 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
         .import(h.endpoint().proc_of(peer_rank)?, RAW_BUF + 1)?;
     let mut line = [0x5au8; 64];
     let mut v_ring = Vec::new();
+    let mut v_half = Vec::new();
     let mut raw = [0x5au8; 16];
     let mut seq = 0u32;
     let n = 2000u64;
@@ -487,6 +488,21 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
             }
         }
         let t3 = now_ns();
+        // Half and half: rank 0 sends a TRW, rank 1 answers with a raw DU+flag.
+        for _ in 0..n {
+            tag = tag.wrapping_add(1);
+            seq = seq.wrapping_add(1);
+            raw[12..16].copy_from_slice(&seq.to_ne_bytes());
+            if me == 0 {
+                tagged_write(&mut h, &ptt, 0, &data, tag).expect("trw");
+                buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
+            } else {
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                proxy.send(0, &raw).expect("du");
+            }
+        }
+        let t4 = now_ns();
+        v_half.push((t4 - t3) as f64 / n as f64);
         v_ring.push((t3 - t2) as f64 / n as f64 / 2.0);
         v_raw.push((t1 - t0) as f64 / n as f64 / 2.0);
         v_trw.push((t2 - t1) as f64 / n as f64 / 2.0);
@@ -502,6 +518,11 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
             least(&v_ring),
         );
         emit("loop TRW ns, least batch", 16, lt);
+        emit(
+            "loop TRW one way + raw one way ns, least batch",
+            16,
+            least(&v_half),
+        );
         emit("loop ratio, least batches", 16, lt / lr);
         emit("loop raw DU+flag ns, median batch", 16, mr);
         emit("loop TRW ns, median batch", 16, mt);
