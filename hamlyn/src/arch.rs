@@ -1078,7 +1078,7 @@ impl Hamlyn {
     /// written with one deliberate update: payload, padding and header in as few cache lines
     /// as the layout allows (a 16 B payload and its header are one line), the sequence word
     /// last. The caller checked that the link was imported and has a free cell.
-    #[inline]
+    #[inline(always)]
     fn put_small(&mut self, dest: u32, mut hdr: Header, data: &[u8]) -> Result<()> {
         let o = &mut self.out[dest as usize];
         let (cell, seq) = o.claim(self.layout.cells);
@@ -1487,7 +1487,7 @@ impl Hamlyn {
     }
 
     /// Appends to the notification queue at the interface's cursor (§2.6).
-    #[inline]
+    #[inline(always)]
     fn notify(&mut self, mut e: NqEntry) {
         e.wrap = self.nq_wrap;
         self.nq[self.nq_tail] = e;

@@ -344,6 +344,16 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
         h.endpoint().export(RAW_BUF, &buf, ExportOptions::new())?;
         let proxy = h.endpoint().import(h.endpoint().proc_of(me)?, RAW_BUF)?;
         let mut raw = [0x5au8; 16];
+        // 64 B DUs into 64 cells of 4160 B: the ring's memory pattern without the library.
+        let rbuf = h.endpoint().alloc(64 * 4160, MemKind::Shared)?;
+        h.endpoint()
+            .export(RAW_BUF + 1, &rbuf, ExportOptions::new())?;
+        let rproxy = h
+            .endpoint()
+            .import(h.endpoint().proc_of(me)?, RAW_BUF + 1)?;
+        let mut line = [0x5au8; 64];
+        let mut cell = 0usize;
+        let mut best_cells = f64::MAX;
         // The least of many short batches: what the instructions cost, preemption aside.
         let quick = std::env::var_os("HAMLYN_LOOP_QUICK").is_some();
         let n = 20_000u64;
@@ -398,6 +408,13 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
                 proxy.send(0, &raw).expect("du");
             }
             let t3 = now_ns();
+            for k in 0..30u32 {
+                line[60..64].copy_from_slice(&k.to_ne_bytes());
+                rproxy.send(cell * 4160 + 4096, &line).expect("du");
+                cell = (cell + 1) % 64;
+            }
+            let t4 = now_ns();
+            best_cells = best_cells.min((t4 - t3) as f64 / 30.0);
             tag = tag.wrapping_add(30);
             best_send = best_send.min((t1 - t0) as f64 / 30.0);
             best_recv = best_recv.min((t2 - t1) as f64 / 30.0);
@@ -407,6 +424,7 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
             emit("self tagged_write ns", 16, best_send);
             emit("self get_specific_tag ns (arrived)", 16, best_recv);
             emit("self raw DU send ns", 16, best_du);
+            emit("self raw 64 B DU into ring cells ns", 16, best_cells);
             emit("self idle get_tag ns", 16, best_idle);
             emit("self idle poll_links ns", 16, best_poll);
             emit("self DU+flag ns (best batch)", 16, best_raw);
