@@ -1750,9 +1750,10 @@ impl Hamlyn {
                 && self.peer_alive(d)
             {
                 self.poll_links()?;
-                // The receiver credits every quarter ring: it may hold the rest until it
-                // takes more packets, so a full flush is best effort.
-                if self.room(d) + self.layout.cells / 4 >= self.cfg.ring_cells {
+                // A receiver credits when it finds the link empty (a quarter ring or more)
+                // and, while it keeps taking packets, at half a ring: it may hold less than
+                // half a ring until it calls in again, so a full flush is best effort.
+                if self.room(d) + self.layout.cells / 2 >= self.cfg.ring_cells {
                     break;
                 }
                 w.relax();
