@@ -56,6 +56,8 @@ pub const CREDIT_BUF_BASE: u32 = 0x4842_0000;
 pub const USER_META: usize = 60;
 /// The number of send buffer areas of a terminus (§2.3: 8 base and bounds registers).
 pub const SEND_BUFFERS: usize = 8;
+/// Largest packet, header included, that the fast-mode path builds on the stack.
+const SMALL_PACKET: usize = 320;
 
 /// Parameters of one process's interface.
 #[derive(Clone, Debug)]
@@ -280,12 +282,32 @@ struct Outgoing {
     /// Our credit buffer that the peer writes: word 0 cells consumed, word 1 sleep epoch.
     credit: Region,
     sent: u32,
+    /// The ring cell of the next packet (`sent` modulo the cells, kept without a division).
+    cell: usize,
+    /// Cells known to be free: a lower bound on [`Hamlyn::room`] that every packet
+    /// decrements, so that the fast path reads the credit word (which the receiver writes)
+    /// only when it runs out.
+    free: usize,
     notified_epoch: u32,
+}
+
+impl Outgoing {
+    /// Takes the next cell of the ring: its index and its sequence number.
+    #[inline]
+    fn claim(&mut self, cells: usize) -> (usize, u32) {
+        let cell = self.cell;
+        self.cell = if cell + 1 == cells { 0 } else { cell + 1 };
+        self.sent = self.sent.wrapping_add(1);
+        self.free = self.free.saturating_sub(1);
+        (cell, self.sent)
+    }
 }
 
 struct Incoming {
     ring: Region,
     consumed: u32,
+    /// The ring cell of the next packet (`consumed` modulo the cells).
+    cell: usize,
     credited: u32,
     /// The sender's credit buffer, imported on the first packet.
     credit: Option<Proxy>,
@@ -332,7 +354,11 @@ pub struct Hamlyn {
     sleep_epoch: u32,
     // The library's receive classes (§3.3): queues of arrivals per class.
     classes: Vec<VecDeque<NqEntry>>,
+    /// The link the receiving interface looks at first (round robin).
+    next_link: usize,
     stage: Vec<u8>,
+    /// Where the fast path builds a small packet (never zeroed: every byte sent is written).
+    small: [u8; SMALL_PACKET],
     rng: u64,
 }
 
@@ -375,11 +401,14 @@ impl Hamlyn {
                 ring: None,
                 credit,
                 sent: 0,
+                cell: 0,
+                free: 0,
                 notified_epoch: 0,
             });
             inc.push(Incoming {
                 ring,
                 consumed: 0,
+                cell: 0,
                 credited: 0,
                 credit: None,
                 boot: VecDeque::new(),
@@ -408,7 +437,9 @@ impl Hamlyn {
             wake,
             sleep_epoch: 0,
             classes: vec![VecDeque::new()],
+            next_link: 0,
             stage: Vec::with_capacity(cfg.packet_size + HEADER_LEN + 4),
+            small: [0; SMALL_PACKET],
             rng: cfg.permute.unwrap_or(1) | 1,
             cfg,
             ep,
@@ -482,17 +513,19 @@ impl Hamlyn {
         Ok(())
     }
 
+    // Matched, not `ok_or`: the receive loop looks slots up on every message, and `ok_or`
+    // makes (and drops) the error value every time.
     fn slot(&self, s: SlotId) -> Result<&Slot> {
-        self.slots
-            .get(s as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::NoSuch("slot"))
+        match self.slots.get(s as usize) {
+            Some(Some(sl)) => Ok(sl),
+            _ => Err(Error::NoSuch("slot")),
+        }
     }
     fn slot_mut(&mut self, s: SlotId) -> Result<&mut Slot> {
-        self.slots
-            .get_mut(s as usize)
-            .and_then(Option::as_mut)
-            .ok_or(Error::NoSuch("slot"))
+        match self.slots.get_mut(s as usize) {
+            Some(Some(sl)) => Ok(sl),
+            _ => Err(Error::NoSuch("slot")),
+        }
     }
 
     /// The slot's message area.
@@ -745,6 +778,31 @@ impl Hamlyn {
         // Fast path: nothing queued and room in the ring: straight out, no queue entry.
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
+            let o = &self.out[dest as usize];
+            if pad4(data.len()) + HEADER_LEN <= SMALL_PACKET && o.ring.is_some() && !self.cfg.wakeup
+            {
+                if o.free == 0 {
+                    self.out[dest as usize].free = self.room(dest);
+                }
+                if self.out[dest as usize].free > 0 {
+                    let hdr = Header {
+                        slot: t.slot,
+                        meta_index: FAST_INDEX,
+                        key: t.key,
+                        offset,
+                        delta: 0,
+                        flags: F_FIRST,
+                        len: data.len() as u32,
+                        meta_len: 0,
+                        word,
+                        seq: 0,
+                    };
+                    self.posted += 1;
+                    self.put_small(dest, hdr, data)?;
+                    self.completion += 1;
+                    return Ok(());
+                }
+            }
             if self.room(dest) > 0 {
                 let hdr = Header {
                     slot: t.slot,
@@ -877,7 +935,16 @@ impl Hamlyn {
     }
 
     /// Moves work queue entries out as far as the links allow (the terminus's engine).
+    #[inline]
     pub fn pump(&mut self) -> Result<()> {
+        // Every wait loop turns through here: an empty queue costs one look.
+        if self.wq.is_empty() {
+            return Ok(());
+        }
+        self.pump_queue()
+    }
+
+    fn pump_queue(&mut self) -> Result<()> {
         while let Some(mut e) = self.wq.pop_front() {
             while e.next < e.npackets && self.room(e.dest) > 0 {
                 if let Err(err) = self.put_next(&mut e, None) {
@@ -1007,6 +1074,39 @@ impl Hamlyn {
         Ok(())
     }
 
+    /// A packet of at most [`SMALL_PACKET`] bytes (header included), built in `small` and
+    /// written with one deliberate update: payload, padding and header in as few cache lines
+    /// as the layout allows (a 16 B payload and its header are one line), the sequence word
+    /// last. The caller checked that the link was imported and has a free cell.
+    #[inline(always)]
+    fn put_small(&mut self, dest: u32, mut hdr: Header, data: &[u8]) -> Result<()> {
+        let o = &mut self.out[dest as usize];
+        let (cell, seq) = o.claim(self.layout.cells);
+        hdr.seq = seq;
+        let len = data.len();
+        let plen = pad4(len);
+        let n = plen + HEADER_LEN;
+        let b = &mut self.small;
+        // The padding word first (no byte of an earlier packet goes out), then the data in
+        // whole double words where it can (inline moves, not a call to the C library).
+        if plen >= 4 {
+            b[plen - 4..plen].fill(0);
+        }
+        let mut words = data.chunks_exact(8);
+        let mut at = 0;
+        for w in &mut words {
+            b[at..at + 8].copy_from_slice(w);
+            at += 8;
+        }
+        let rest = words.remainder();
+        b[at..len].copy_from_slice(rest);
+        b[plen..n].copy_from_slice(&hdr.encode());
+        let proxy = o.ring.as_ref().expect("imported");
+        let r = proxy.send(self.layout.header_at(cell) - plen, &b[..n]);
+        self.stats.packets_sent += 1;
+        r.map_err(Error::from)
+    }
+
     fn put_packet(&mut self, dest: u32, hdr: Header, pieces: &[&[u8]]) -> Result<()> {
         put_packet_split(self, dest, hdr, pieces)
     }
@@ -1038,9 +1138,8 @@ impl Hamlyn {
             self.ring_proxy(dest)?;
         }
         let o = &mut self.out[dest as usize];
-        let cell = o.sent as usize % self.layout.cells;
-        o.sent = o.sent.wrapping_add(1);
-        hdr.seq = o.sent;
+        let (cell, seq) = o.claim(self.layout.cells);
+        hdr.seq = seq;
         let mut b = payload.to_vec();
         b.resize(pad4(payload.len()), 0);
         b.extend_from_slice(&hdr.encode());
@@ -1054,27 +1153,72 @@ impl Hamlyn {
     /// Takes every packet waiting in the links, as the receiving interface would (checks,
     /// placement, accumulators, notifications). Returns the packets processed.
     pub fn poll_links(&mut self) -> Result<usize> {
+        self.take_packets(false)
+    }
+
+    /// The receiving interface's work: every packet waiting or, with `first`, up to the
+    /// first that writes a notification entry (what `h_recv` needs: the message that
+    /// arrived is not held up by a look at every other link). The links are visited from
+    /// the one after the link that gave the last notification, so that none is starved.
+    fn take_packets(&mut self, first: bool) -> Result<usize> {
+        let links = self.inc.len();
         let mut n = 0;
-        for from in 0..self.inc.len() {
+        for k in 0..links {
+            let from = if self.next_link + k >= links {
+                self.next_link + k - links
+            } else {
+                self.next_link + k
+            };
+            let mut taken = 0;
             loop {
                 if self.nq_written - self.nq_read >= self.nq.len() as u64 {
                     return Ok(n);
                 }
-                let cell = self.inc[from].consumed as usize % self.layout.cells;
+                let cell = self.inc[from].cell;
                 let want = self.inc[from].consumed.wrapping_add(1);
                 let ring = &self.inc[from].ring;
                 if ring.load_u32(self.layout.seq_at(cell))? != want {
+                    // Credit is given when a link is found empty, off the path of a message
+                    // that just arrived (its receiver is waiting for it), or below.
+                    let i = &self.inc[from];
+                    if taken == 0
+                        && i.consumed.wrapping_sub(i.credited) as usize
+                            >= (self.layout.cells / 4).max(1)
+                    {
+                        self.give_credit(from)?;
+                    }
                     break;
                 }
                 let mut hb = [0u8; HEADER_LEN];
-                ring.read(self.layout.header_at(cell), &mut hb)?;
+                // In 16-byte pieces: each an inline copy rather than a call to memcpy.
+                let at = self.layout.header_at(cell);
+                for (i, piece) in hb.chunks_exact_mut(16).enumerate() {
+                    ring.read(at + 16 * i, piece)?;
+                }
                 let h = Header::decode(&hb);
-                self.accept(from as u32, cell, &h)?;
+                let written = self.nq_written;
+                if !self.accept_fast(from, cell, &h)? {
+                    self.accept(from as u32, cell, &h)?;
+                }
                 n += 1;
+                taken += 1;
+                let notified = self.nq_written != written;
                 let i = &mut self.inc[from];
                 i.consumed = want;
-                if i.consumed.wrapping_sub(i.credited) as usize >= self.layout.cells / 4 {
+                i.cell = if cell + 1 == self.layout.cells {
+                    0
+                } else {
+                    cell + 1
+                };
+                // A receiver that keeps finding packets credits at half a ring.
+                if i.consumed.wrapping_sub(i.credited) as usize >= (self.layout.cells / 2).max(1) {
                     self.give_credit(from)?;
+                }
+                if notified {
+                    self.next_link = if from + 1 == links { 0 } else { from + 1 };
+                    if first {
+                        return Ok(n);
+                    }
                 }
             }
         }
@@ -1101,6 +1245,134 @@ impl Hamlyn {
             Err(vmmc::Error::PeerLost(_)) | Err(vmmc::Error::Unexported) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The common case of [`Hamlyn::accept`] made short: a well-formed fast-mode packet with
+    /// the slot's key, inside the slot. Anything else (`false`) goes through `accept`, which
+    /// checks again and counts the refusal.
+    #[inline]
+    fn accept_fast(&mut self, from: usize, cell: usize, h: &Header) -> Result<bool> {
+        let dlen = h.len as usize;
+        if h.meta_index != FAST_INDEX
+            || h.flags & F_BOOT != 0
+            || h.meta_len != 0
+            || dlen > self.layout.packet
+        {
+            return Ok(false);
+        }
+        let Some(Some(slot)) = self.slots.get_mut(h.slot as usize) else {
+            return Ok(false);
+        };
+        if h.key != slot.key {
+            return Ok(false);
+        }
+        let Some(end) = h
+            .offset
+            .checked_add(dlen as u64)
+            .filter(|&e| e <= slot.area.len() as u64)
+        else {
+            return Ok(false);
+        };
+        let at = self.layout.payload_at(cell, dlen);
+        self.inc[from]
+            .ring
+            .read(at, &mut slot.area[h.offset as usize..end as usize])?;
+        self.stats.packets += 1;
+        self.notify(NqEntry {
+            wrap: false,
+            slot: h.slot,
+            meta_index: FAST_INDEX,
+            word: h.word,
+            from: from as u32,
+        });
+        Ok(true)
+    }
+
+    /// The receiving interface and `h_recv` in one short step, for the common case of a
+    /// receive loop (tagged remote write's): the notification queue holds nothing unread and
+    /// the next packet that the interface would take is a well-formed fast-mode packet for a
+    /// slot of `class`, with the slot's key, inside the slot. Then the data is placed, the
+    /// entry written and at once read, with the very checks and counts of the long way
+    /// (`take_packets`, `accept`, `notify`, `h_recv`, `class_of`). Anything else: `None`, and
+    /// the long way takes it.
+    #[inline]
+    fn take_fast(&mut self, class: u64) -> Result<Option<NqEntry>> {
+        if self.nq[self.nq_head].wrap == self.app_wrap {
+            return Ok(None);
+        }
+        let links = self.inc.len();
+        let mut from = self.next_link;
+        let mut k = 0;
+        let (cell, want) = loop {
+            let i = &self.inc[from];
+            let want = i.consumed.wrapping_add(1);
+            if i.ring.load_u32(self.layout.seq_at(i.cell))? == want {
+                break (i.cell, want);
+            }
+            k += 1;
+            if k == links {
+                return Ok(None);
+            }
+            from = if from + 1 == links { 0 } else { from + 1 };
+        };
+        let ring = &self.inc[from].ring;
+        let mut hb = [0u8; HEADER_LEN];
+        let at = self.layout.header_at(cell);
+        for (i, piece) in hb.chunks_exact_mut(16).enumerate() {
+            ring.read(at + 16 * i, piece)?;
+        }
+        let h = Header::decode(&hb);
+        let dlen = h.len as usize;
+        if h.meta_index != FAST_INDEX
+            || h.flags & F_BOOT != 0
+            || h.meta_len != 0
+            || dlen > self.layout.packet
+        {
+            return Ok(None);
+        }
+        let Some(Some(slot)) = self.slots.get_mut(h.slot as usize) else {
+            return Ok(None);
+        };
+        if h.key != slot.key || slot.fast_class != class {
+            return Ok(None);
+        }
+        let Some(end) = h
+            .offset
+            .checked_add(dlen as u64)
+            .filter(|&e| e <= slot.area.len() as u64)
+        else {
+            return Ok(None);
+        };
+        ring.read(
+            self.layout.payload_at(cell, dlen),
+            &mut slot.area[h.offset as usize..end as usize],
+        )?;
+        self.stats.packets += 1;
+        let e = NqEntry {
+            wrap: self.nq_wrap,
+            slot: h.slot,
+            meta_index: FAST_INDEX,
+            word: h.word,
+            from: from as u32,
+        };
+        // Written and read: the queue was empty, so the interface's cursor is the
+        // application's.
+        self.notify(e);
+        self.nq_head = self.nq_tail;
+        self.app_wrap = self.nq_wrap;
+        self.nq_read += 1;
+        let i = &mut self.inc[from];
+        i.consumed = want;
+        i.cell = if cell + 1 == self.layout.cells {
+            0
+        } else {
+            cell + 1
+        };
+        if i.consumed.wrapping_sub(i.credited) as usize >= (self.layout.cells / 2).max(1) {
+            self.give_credit(from)?;
+        }
+        self.next_link = if from + 1 == links { 0 } else { from + 1 };
+        Ok(Some(e))
     }
 
     /// The checks and the placement of one packet (Figure 2).
@@ -1215,6 +1487,7 @@ impl Hamlyn {
     }
 
     /// Appends to the notification queue at the interface's cursor (§2.6).
+    #[inline(always)]
     fn notify(&mut self, mut e: NqEntry) {
         e.wrap = self.nq_wrap;
         self.nq[self.nq_tail] = e;
@@ -1233,7 +1506,7 @@ impl Hamlyn {
     pub fn h_recv(&mut self) -> Result<Option<NqEntry>> {
         let e = self.nq[self.nq_head];
         if e.wrap != self.app_wrap {
-            self.poll_links()?;
+            self.take_packets(true)?;
         }
         let e = self.nq[self.nq_head];
         if e.wrap != self.app_wrap {
@@ -1246,6 +1519,18 @@ impl Hamlyn {
         }
         self.nq_read += 1;
         Ok(Some(e))
+    }
+
+    /// Whether [`Hamlyn::h_recv`] may find something now: a notification entry waiting or a
+    /// packet in a link. A cheap look for wait loops; it takes nothing.
+    #[inline]
+    pub fn may_have_arrived(&self) -> bool {
+        self.nq[self.nq_head].wrap == self.app_wrap
+            || self.inc.iter().any(|i| {
+                i.ring
+                    .load_u32(self.layout.seq_at(i.cell))
+                    .map_or(true, |v| v == i.consumed.wrapping_add(1))
+            })
     }
 
     /// The application's notification queue cursor and wrap flag.
@@ -1370,6 +1655,9 @@ impl Hamlyn {
         if let Some(e) = q.pop_front() {
             return Ok(Some(e));
         }
+        if let Some(e) = self.take_fast(class)? {
+            return Ok(Some(e));
+        }
         while let Some(e) = self.h_recv()? {
             let c = self.class_of(&e);
             if c == class {
@@ -1462,9 +1750,10 @@ impl Hamlyn {
                 && self.peer_alive(d)
             {
                 self.poll_links()?;
-                // The receiver credits every quarter ring: it may hold the rest until it
-                // takes more packets, so a full flush is best effort.
-                if self.room(d) + self.layout.cells / 4 >= self.cfg.ring_cells {
+                // A receiver credits when it finds the link empty (a quarter ring or more)
+                // and, while it keeps taking packets, at half a ring: it may hold less than
+                // half a ring until it calls in again, so a full flush is best effort.
+                if self.room(d) + self.layout.cells / 2 >= self.cfg.ring_cells {
                     break;
                 }
                 w.relax();
@@ -1484,9 +1773,8 @@ fn put_packet_split(h: &mut Hamlyn, dest: u32, mut hdr: Header, pieces: &[&[u8]]
         h.ring_proxy(dest)?;
     }
     let o = &mut h.out[dest as usize];
-    let cell = o.sent as usize % h.layout.cells;
-    o.sent = o.sent.wrapping_add(1);
-    hdr.seq = o.sent;
+    let (cell, seq) = o.claim(h.layout.cells);
+    hdr.seq = seq;
     let mut notify = false;
     if h.cfg.wakeup {
         let epoch = o.credit.load_u32(4)?;

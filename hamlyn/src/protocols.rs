@@ -224,12 +224,6 @@ impl TaggedReceiver {
     pub fn slot(&self) -> SlotId {
         self.slot
     }
-    fn take_arrivals(&mut self, h: &mut Hamlyn) -> Result<()> {
-        while let Some(e) = h.poll_class(self.class)? {
-            self.tags.push_back(e.word);
-        }
-        Ok(())
-    }
     /// `get_tag`: the oldest tag that arrived, if any.
     pub fn get_tag(&mut self, h: &mut Hamlyn) -> Result<Option<u32>> {
         if self.tags.is_empty() {
@@ -246,23 +240,35 @@ impl TaggedReceiver {
         tag: u32,
         timeout: Option<Duration>,
     ) -> Result<()> {
+        if let Some(i) = self.tags.iter().position(|&t| t == tag) {
+            self.tags.remove(i);
+            return Ok(());
+        }
         let deadline = timeout.map(|t| crate::wait::now_ns() + t.as_nanos() as u64);
-        let mut w = Waiter::new();
+        let mut w: Option<Waiter> = None;
         loop {
-            if let Some(i) = self.tags.iter().position(|&t| t == tag) {
-                self.tags.remove(i);
-                return Ok(());
-            }
-            let before = self.tags.len();
-            self.take_arrivals(h)?;
-            if self.tags.len() > before {
+            // One arrival at a time: the tag asked for returns at once, the others queue in
+            // their order of arrival.
+            if let Some(e) = h.poll_class(self.class)? {
+                if e.word == tag {
+                    return Ok(());
+                }
+                self.tags.push_back(e.word);
                 continue;
             }
-            h.pump()?;
-            if w.due() && deadline.is_some_and(|d| crate::wait::now_ns() >= d) {
-                return Err(Error::Timeout);
+            // Nothing yet: turn cheaply (a look at the links' next sequence words) until a
+            // packet may be there, so that a message is taken as soon as it lands.
+            let w = w.get_or_insert_with(Waiter::new);
+            loop {
+                h.pump()?;
+                if w.due() && deadline.is_some_and(|d| crate::wait::now_ns() >= d) {
+                    return Err(Error::Timeout);
+                }
+                w.relax();
+                if h.may_have_arrived() {
+                    break;
+                }
             }
-            w.relax();
         }
     }
 }

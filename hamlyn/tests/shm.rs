@@ -52,6 +52,16 @@ fn protection() {
 }
 
 #[test]
+fn tagged_protection() {
+    job(
+        "tagged_protection",
+        2,
+        Config::default,
+        common::tagged_protection,
+    );
+}
+
+#[test]
 fn one_shot() {
     job("one_shot", 2, Config::default, common::one_shot);
 }

@@ -48,6 +48,11 @@ fn protection() {
 }
 
 #[test]
+fn tagged_protection() {
+    all_ok(on_sim(2, Config::default(), common::tagged_protection));
+}
+
+#[test]
 fn one_shot() {
     all_ok(on_sim(2, Config::default(), common::one_shot));
 }

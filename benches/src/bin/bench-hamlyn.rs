@@ -304,6 +304,253 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
     Ok(())
 }
 
+/// `--job trw-loop` (under `vmmc-run -n 2`, not part of the table): the 16 B tagged remote
+/// write alone, to profile it (`perf record` on a rank) and to see where its time goes.
+/// By default, for `HAMLYN_LOOP_SECS` seconds (3), batches of 2000 ping-pongs of a raw
+/// DU+flag, of TRW, and of raw 64 B DUs with the ring's memory pattern (cells of
+/// `HAMLYN_LOOP_STRIDE` bytes, 4160 as the default ring's); prints the least and the median
+/// batch (ns, one way): on a shared machine the least is what the code costs. With
+/// `HAMLYN_LOOP_SELF`, each rank to itself: the software alone, no line crossing cores
+/// (`HAMLYN_LOOP_QUICK`: fewer batches). `HAMLYN_LOOP_PACKET` sets the packet size.
+fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
+    pin(&ep);
+    let me = ep.rank();
+    let peer_rank = 1 - me;
+    let secs: u64 = std::env::var("HAMLYN_LOOP_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut cfg = Config::default();
+    if let Some(p) = std::env::var("HAMLYN_LOOP_PACKET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.packet_size = p;
+    }
+    let mut h = Hamlyn::new(ep, cfg).map_err(to_vmmc)?;
+    let mut trx = TaggedReceiver::new(&mut h, 4096).map_err(to_vmmc)?;
+    let tt = trx.ticket(&h).map_err(to_vmmc)?;
+    h.send_boot(peer_rank as u32, &tt.to_bytes())
+        .map_err(to_vmmc)?;
+    let ptt =
+        Ticket::from_bytes(&h.recv_boot(peer_rank as u32).map_err(to_vmmc)?).map_err(to_vmmc)?;
+    let data = [0x5au8; 16];
+    let mut tag = 0u32;
+    if std::env::var_os("HAMLYN_LOOP_SELF").is_some() {
+        // Each rank to itself: the software's cost with no line crossing between cores,
+        // beside a raw deliberate update to itself read by its flag.
+        let own = trx.ticket(&h).map_err(to_vmmc)?;
+        let buf = h.endpoint().alloc(4096, MemKind::Shared)?;
+        h.endpoint().export(RAW_BUF, &buf, ExportOptions::new())?;
+        let proxy = h.endpoint().import(h.endpoint().proc_of(me)?, RAW_BUF)?;
+        let mut raw = [0x5au8; 16];
+        // 64 B DUs into 64 cells of 4160 B: the ring's memory pattern without the library.
+        let rbuf = h.endpoint().alloc(64 * 4160, MemKind::Shared)?;
+        h.endpoint()
+            .export(RAW_BUF + 1, &rbuf, ExportOptions::new())?;
+        let rproxy = h
+            .endpoint()
+            .import(h.endpoint().proc_of(me)?, RAW_BUF + 1)?;
+        let mut line = [0x5au8; 64];
+        let mut cell = 0usize;
+        let mut best_cells = f64::MAX;
+        // The least of many short batches: what the instructions cost, preemption aside.
+        let quick = std::env::var_os("HAMLYN_LOOP_QUICK").is_some();
+        let n = 20_000u64;
+        let (mut best_raw, mut best_trw) = (f64::MAX, f64::MAX);
+        for _ in 0..if quick { 5 } else { 100 } {
+            let t0 = now_ns();
+            for i in 0..n {
+                raw[12..16].copy_from_slice(&(i as u32).to_ne_bytes());
+                proxy.send(0, &raw).expect("du");
+                buf.wait_u32(12, |v| v == i as u32, || Ok(()))
+                    .expect("wait");
+            }
+            let t1 = now_ns();
+            for _ in 0..n {
+                tag = tag.wrapping_add(1);
+                tagged_write(&mut h, &own, 0, &data, tag).expect("trw");
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+            }
+            let t2 = now_ns();
+            best_raw = best_raw.min((t1 - t0) as f64 / n as f64);
+            best_trw = best_trw.min((t2 - t1) as f64 / n as f64);
+        }
+        let (mut best_idle, mut best_poll) = (f64::MAX, f64::MAX);
+        for _ in 0..if quick { 1 } else { 20 } {
+            let t0 = now_ns();
+            for _ in 0..n {
+                assert!(trx.get_tag(&mut h).expect("tag").is_none());
+            }
+            let t1 = now_ns();
+            for _ in 0..n {
+                h.poll_links().expect("poll");
+            }
+            let t2 = now_ns();
+            best_idle = best_idle.min((t1 - t0) as f64 / n as f64);
+            best_poll = best_poll.min((t2 - t1) as f64 / n as f64);
+        }
+        // Sends and receives timed apart: 30 of each per turn.
+        let (mut best_send, mut best_recv, mut best_du) = (f64::MAX, f64::MAX, f64::MAX);
+        for _ in 0..if quick { 100 } else { 2000 } {
+            let t0 = now_ns();
+            for k in 0..30u32 {
+                tagged_write(&mut h, &own, 0, &data, tag.wrapping_add(k)).expect("trw");
+            }
+            let t1 = now_ns();
+            for k in 0..30u32 {
+                trx.get_specific_tag(&mut h, tag.wrapping_add(k), None)
+                    .expect("tag");
+            }
+            let t2 = now_ns();
+            for k in 0..30u32 {
+                raw[12..16].copy_from_slice(&k.to_ne_bytes());
+                proxy.send(0, &raw).expect("du");
+            }
+            let t3 = now_ns();
+            for k in 0..30u32 {
+                line[60..64].copy_from_slice(&k.to_ne_bytes());
+                rproxy.send(cell * 4160 + 4096, &line).expect("du");
+                cell = (cell + 1) % 64;
+            }
+            let t4 = now_ns();
+            best_cells = best_cells.min((t4 - t3) as f64 / 30.0);
+            tag = tag.wrapping_add(30);
+            best_send = best_send.min((t1 - t0) as f64 / 30.0);
+            best_recv = best_recv.min((t2 - t1) as f64 / 30.0);
+            best_du = best_du.min((t3 - t2) as f64 / 30.0);
+        }
+        if me == 0 {
+            emit("self tagged_write ns", 16, best_send);
+            emit("self get_specific_tag ns (arrived)", 16, best_recv);
+            emit("self raw DU send ns", 16, best_du);
+            emit("self raw 64 B DU into ring cells ns", 16, best_cells);
+            emit("self idle get_tag ns", 16, best_idle);
+            emit("self idle poll_links ns", 16, best_poll);
+            emit("self DU+flag ns (best batch)", 16, best_raw);
+            emit("self TRW ns (best batch)", 16, best_trw);
+        }
+        boot_barrier(&mut h);
+        return Ok(());
+    }
+    // Cross-core: batches of raw DU+flag and TRW ping-pongs in turn; the least and the
+    // median of the batches' one-way times (the least is what the code costs, preemption
+    // by other work on this shared machine aside).
+    let buf = h.endpoint().alloc(4096, MemKind::Shared)?;
+    h.endpoint().export(RAW_BUF, &buf, ExportOptions::new())?;
+    // The ring's memory pattern without the library: 64 B at the end of 4160 B cells.
+    let stride: usize = std::env::var("HAMLYN_LOOP_STRIDE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4160);
+    let rbuf = h.endpoint().alloc(64 * stride, MemKind::Shared)?;
+    h.endpoint()
+        .export(RAW_BUF + 1, &rbuf, ExportOptions::new())?;
+    boot_barrier(&mut h);
+    let proxy = h
+        .endpoint()
+        .import(h.endpoint().proc_of(peer_rank)?, RAW_BUF)?;
+    let rproxy = h
+        .endpoint()
+        .import(h.endpoint().proc_of(peer_rank)?, RAW_BUF + 1)?;
+    let mut line = [0x5au8; 64];
+    let mut v_ring = Vec::new();
+    let mut v_half = Vec::new();
+    let mut raw = [0x5au8; 16];
+    let mut seq = 0u32;
+    let n = 2000u64;
+    let batches = (secs * 100).max(10);
+    let (mut v_raw, mut v_trw) = (Vec::new(), Vec::new());
+    for _ in 0..batches {
+        let t0 = now_ns();
+        for _ in 0..n {
+            seq = seq.wrapping_add(1);
+            raw[12..16].copy_from_slice(&seq.to_ne_bytes());
+            let wait = |seq: u32| {
+                buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
+            };
+            if me == 0 {
+                proxy.send(0, &raw).expect("du");
+                wait(seq);
+            } else {
+                wait(seq);
+                proxy.send(0, &raw).expect("du");
+            }
+        }
+        let t1 = now_ns();
+        for _ in 0..n {
+            tag = tag.wrapping_add(1);
+            if me == 0 {
+                tagged_write(&mut h, &ptt, 0, &data, tag).expect("trw");
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+            } else {
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                tagged_write(&mut h, &ptt, 0, &data, tag).expect("trw");
+            }
+        }
+        let t2 = now_ns();
+        for k in 0..n {
+            seq = seq.wrapping_add(1);
+            let at = (k as usize % 64) * stride + stride - 64;
+            line[60..64].copy_from_slice(&seq.to_ne_bytes());
+            let wait = |seq: u32| {
+                rbuf.wait_u32(at + 60, |v| v == seq, || Ok(()))
+                    .expect("wait");
+            };
+            if me == 0 {
+                rproxy.send(at, &line).expect("du");
+                wait(seq);
+            } else {
+                wait(seq);
+                rproxy.send(at, &line).expect("du");
+            }
+        }
+        let t3 = now_ns();
+        // Half and half: rank 0 sends a TRW, rank 1 answers with a raw DU+flag.
+        for _ in 0..n {
+            tag = tag.wrapping_add(1);
+            seq = seq.wrapping_add(1);
+            raw[12..16].copy_from_slice(&seq.to_ne_bytes());
+            if me == 0 {
+                tagged_write(&mut h, &ptt, 0, &data, tag).expect("trw");
+                buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
+            } else {
+                trx.get_specific_tag(&mut h, tag, None).expect("tag");
+                proxy.send(0, &raw).expect("du");
+            }
+        }
+        let t4 = now_ns();
+        v_half.push((t4 - t3) as f64 / n as f64);
+        v_ring.push((t3 - t2) as f64 / n as f64 / 2.0);
+        v_raw.push((t1 - t0) as f64 / n as f64 / 2.0);
+        v_trw.push((t2 - t1) as f64 / n as f64 / 2.0);
+    }
+    if me == 0 {
+        let least = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
+        let (lr, lt) = (least(&v_raw), least(&v_trw));
+        let (mr, mt) = (median(&mut v_raw), median(&mut v_trw));
+        emit("loop raw DU+flag ns, least batch", 16, lr);
+        emit(
+            "loop raw 64 B in ring cells ns, least batch",
+            16,
+            least(&v_ring),
+        );
+        emit("loop TRW ns, least batch", 16, lt);
+        emit(
+            "loop TRW one way + raw one way ns, least batch",
+            16,
+            least(&v_half),
+        );
+        emit("loop ratio, least batches", 16, lt / lr);
+        emit("loop raw DU+flag ns, median batch", 16, mr);
+        emit("loop TRW ns, median batch", 16, mt);
+        emit("loop ratio, median batches", 16, mt / mr);
+    }
+    h.flush().map_err(to_vmmc)?;
+    boot_barrier(&mut h);
+    Ok(())
+}
+
 fn nx_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
     pin(&ep);
     let sim = ep.transport_name() == "sim";
@@ -373,6 +620,7 @@ fn main() {
     if let Some(j) = job {
         let r = vmmc_run::run(|ep| match j.as_str() {
             "hamlyn" => hamlyn_job(ep, max),
+            "trw-loop" => trw_loop_job(ep),
             _ => nx_job(ep, max),
         });
         if let Err(e) = r {

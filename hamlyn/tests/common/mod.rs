@@ -879,3 +879,63 @@ pub fn stream_grows(h: &mut Hamlyn) -> Result<()> {
     }
     barrier(h)
 }
+
+/// Tagged remote write's short receive path (fast mode, §2.7) refuses what the long one
+/// refuses: a wrong key, a write beyond the slot, a revoked key write nothing and are
+/// counted; tags come back in any order; an arrival for another receiver's class waits in
+/// that class.
+pub fn tagged_protection(h: &mut Hamlyn) -> Result<()> {
+    if h.rank() == 0 {
+        let mut a = TaggedReceiver::new(h, 256)?;
+        let mut b = TaggedReceiver::new(h, 64)?;
+        let mut tickets = a.ticket(h)?.to_bytes().to_vec();
+        tickets.extend_from_slice(&b.ticket(h)?.to_bytes());
+        h.send_boot(1, &tickets)?;
+        // Round 1 (rank 1 sent a wrong key, a write beyond the slot, tags 1 and 2, then 7
+        // to b and 8 to a): asked first for 2, then 8, then 7, then 1.
+        a.get_specific_tag(h, 2, LONG)?;
+        a.get_specific_tag(h, 8, LONG)?;
+        b.get_specific_tag(h, 7, LONG)?;
+        a.get_specific_tag(h, 1, LONG)?;
+        let st = h.stats();
+        assert_eq!(st.refused_key, 1, "{st:?}");
+        assert_eq!(st.refused_bounds, 1, "{st:?}");
+        assert_eq!(st.packets, 4, "{st:?}");
+        assert_eq!(st.notifications, 4, "{st:?}");
+        let area = a.area(h)?;
+        assert!(area[..16].iter().all(|&x| x == 1));
+        assert!(area[16..32].iter().all(|&x| x == 2));
+        assert!(area[32..64].iter().all(|&x| x == 8));
+        assert!(area[64..].iter().all(|&x| x == 0), "nothing else written");
+        assert!(b.area(h)?[..4].iter().all(|&x| x == 7));
+        // Round 2: a's key is revoked; rank 1 writes with the old ticket, then the new.
+        h.revoke_slot_key(a.slot())?;
+        h.send_boot(1, &a.ticket(h)?.to_bytes())?;
+        a.get_specific_tag(h, 4, LONG)?;
+        assert_eq!(a.get_tag(h)?, None);
+        let st = h.stats();
+        assert_eq!(st.refused_revoked, 1, "{st:?}");
+        let area = a.area(h)?;
+        assert!(area[64..80].iter().all(|&x| x == 0), "the revoked write");
+        assert!(area[80..96].iter().all(|&x| x == 4));
+    } else if h.rank() == 1 {
+        let b = h.recv_boot(0)?;
+        let ta = Ticket::from_bytes(&b)?;
+        let tb = Ticket::from_bytes(&b[44..])?;
+        // The sending library checks nothing: every packet goes out.
+        let bad_key = Ticket {
+            key: ta.key ^ 1,
+            ..ta
+        };
+        tagged_write(h, &bad_key, 0, &[9; 16], 100)?;
+        tagged_write(h, &ta, 250, &[9; 16], 101)?;
+        tagged_write(h, &ta, 0, &[1; 16], 1)?;
+        tagged_write(h, &ta, 16, &[2; 16], 2)?;
+        tagged_write(h, &tb, 0, &[7; 4], 7)?;
+        tagged_write(h, &ta, 32, &[8; 32], 8)?;
+        let new = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        tagged_write(h, &ta, 64, &[3; 16], 3)?;
+        tagged_write(h, &new, 80, &[4; 16], 4)?;
+    }
+    barrier(h)
+}
