@@ -778,6 +778,18 @@ impl Hamlyn {
         // Fast path: nothing queued and room in the ring: straight out, no queue entry.
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
+            let hdr = Header {
+                slot: t.slot,
+                meta_index: FAST_INDEX,
+                key: t.key,
+                offset,
+                delta: 0,
+                flags: F_FIRST,
+                len: data.len() as u32,
+                meta_len: 0,
+                word,
+                seq: 0,
+            };
             let o = &self.out[dest as usize];
             if pad4(data.len()) + HEADER_LEN <= SMALL_PACKET && o.ring.is_some() && !self.cfg.wakeup
             {
@@ -785,18 +797,6 @@ impl Hamlyn {
                     self.out[dest as usize].free = self.room(dest);
                 }
                 if self.out[dest as usize].free > 0 {
-                    let hdr = Header {
-                        slot: t.slot,
-                        meta_index: FAST_INDEX,
-                        key: t.key,
-                        offset,
-                        delta: 0,
-                        flags: F_FIRST,
-                        len: data.len() as u32,
-                        meta_len: 0,
-                        word,
-                        seq: 0,
-                    };
                     self.posted += 1;
                     self.put_small(dest, hdr, data)?;
                     self.completion += 1;
@@ -804,18 +804,6 @@ impl Hamlyn {
                 }
             }
             if self.room(dest) > 0 {
-                let hdr = Header {
-                    slot: t.slot,
-                    meta_index: FAST_INDEX,
-                    key: t.key,
-                    offset,
-                    delta: 0,
-                    flags: F_FIRST,
-                    len: data.len() as u32,
-                    meta_len: 0,
-                    word,
-                    seq: 0,
-                };
                 self.posted += 1;
                 self.put_packet(dest, hdr, &[data])?;
                 self.completion += 1;
