@@ -366,22 +366,29 @@ impl Service {
         let mut bells = self.bells.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = Stats::default();
         let mut r = Ok(());
+        let mut clock = None;
         bells.retain(|b| {
             if r.is_err() {
                 return true;
             }
+            // Not due yet: no look at the node's word (a remote read) before it is.
+            if !now
+                && clock
+                    .get_or_insert_with(std::time::Instant::now)
+                    .duration_since(b.since)
+                    < BELL_DELAY
+            {
+                return true;
+            }
             match self.outside(b.node) {
                 Ok(Some(w)) if w == b.epoch => {
-                    if now || b.since.elapsed() >= BELL_DELAY {
-                        r = match self.notify(&mut st, b.node) {
-                            // A held-back bell only hurries a node: one that has left the
-                            // job needs none (whoever waits for it sees the loss).
-                            Err(Error::PeerLost(..)) => Ok(()),
-                            x => x,
-                        };
-                        return r.is_err();
-                    }
-                    true
+                    r = match self.notify(&mut st, b.node) {
+                        // A held-back bell only hurries a node: one that has left the job
+                        // needs none (whoever waits for it sees the loss).
+                        Err(Error::PeerLost(..)) => Ok(()),
+                        x => x,
+                    };
+                    r.is_err()
                 }
                 Ok(_) => false,
                 // Gone: nothing to hurry (see above).
@@ -419,7 +426,11 @@ impl Service {
     /// Marks the program as inside the library until the guard drops.
     pub fn awake(self: &std::sync::Arc<Self>) -> Awake {
         use std::sync::atomic::Ordering;
-        if self.depth.fetch_add(1, Ordering::Relaxed) == 0 && self.remote_read {
+        // Only the program's thread changes the depth (a plain load and store: no locked
+        // instruction on every call).
+        let d = self.depth.load(Ordering::Relaxed);
+        self.depth.store(d + 1, Ordering::Relaxed);
+        if d == 0 && self.remote_read {
             self.set_awake(true);
         }
         Awake(self.clone())
@@ -522,14 +533,29 @@ impl Service {
     }
 
     /// Reads a slot of a local buffer if its sequence number is new (`!= seen`, and not 0).
+    #[inline]
     pub fn read_slot(&self, region: &Region, off: usize, seen: u32) -> Result<Option<Slot>> {
         let last = region.load_u32(off + self.lay.slot - 4)?;
-        if last == 0 || last == seen || region.load_u32(off)? != last {
+        if last == 0 || last == seen {
             return Ok(None);
         }
-        let mut b = vec![0u8; self.lay.slot];
-        region.read(off, &mut b)?;
-        Ok(Some(Slot::decode(&b, self.n)))
+        self.read_new_slot(region, off, last)
+    }
+
+    /// [`Service::read_slot`] once its last word is new: the whole slot if its first word
+    /// matches (else the transfer is still landing).
+    fn read_new_slot(&self, region: &Region, off: usize, last: u32) -> Result<Option<Slot>> {
+        if region.load_u32(off)? != last {
+            return Ok(None);
+        }
+        let mut head = [0u8; 4 * SLOT_HEAD];
+        region.read(off, &mut head)?;
+        let mut vector = vec![0u32; self.n];
+        region.read(
+            off + 4 * SLOT_HEAD,
+            bytemuck::cast_slice_mut(vector.as_mut_slice()),
+        )?;
+        Ok(Some(Slot::decode(&head, vector)))
     }
 
     /// Reads a mailbox whose header carries `seq`: (status, payload words).
@@ -568,7 +594,8 @@ impl Service {
                 self.drain_ring(st, s)?;
             }
         }
-        for a in 0..self.n {
+        // A node's own requests and forwards never use its slots (they are served at once).
+        for a in (0..self.n).filter(|&a| a != self.me) {
             if let Some(m) = self.read_slot(&self.ctl, self.lay.req(a), st.req_seen[a])? {
                 st.req_seen[a] = m.seq;
                 st.stats.requests_served += 1;
@@ -950,7 +977,9 @@ impl Drop for Awake {
     fn drop(&mut self) {
         use std::sync::atomic::Ordering;
         let s = &self.0;
-        if s.depth.fetch_sub(1, Ordering::Relaxed) == 1 && s.remote_read {
+        let d = s.depth.load(Ordering::Relaxed);
+        s.depth.store(d - 1, Ordering::Relaxed);
+        if d == 1 && s.remote_read {
             s.set_awake(false);
             std::sync::atomic::fence(Ordering::SeqCst);
             // What a sender left without notifying, because we were inside, is served now,

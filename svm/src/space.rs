@@ -1129,29 +1129,16 @@ impl Svm {
     /// Asks for lock or flag `id` (a lock at the probable tail of its queue, a flag at its
     /// manager, node `id mod N`) and waits for the grant (from the lock's last holder or the
     /// flag's setter); returns the grant's write notices.
+    /// A lock's request goes to `mgr`, the probable tail of the lock's queue
+    /// ([`Service::lock_target`]), a flag's to its manager.
     fn request_grant(
         &self,
-        kind: u32,
-        id: u32,
-        arg: u32,
+        (kind, id, arg): (u32, u32, u32),
+        mgr: usize,
         vt: Vec<u32>,
         what: &str,
     ) -> Result<Vec<u32>> {
         let seq = self.next_seq();
-        // A lock request goes to the probable tail of the lock's queue, a flag's to its
-        // manager.
-        let mgr = if kind == S_LOCK {
-            let mut st = self.svc.lock();
-            let to = self.svc.lock_target(&mut st, id)?;
-            if to == self.me {
-                return Err(Error::Protocol(format!(
-                    "lock {id}: this node is the tail of its queue without its token"
-                )));
-            }
-            to
-        } else {
-            id as usize % self.n
-        };
         if mgr == self.me {
             let mut st = self.svc.lock();
             let w = Waiter {
@@ -1198,7 +1185,7 @@ impl Svm {
         self.close_interval()?;
         self.svc.check_failed()?;
         let l = lock as usize;
-        let vt = {
+        let (vt, to) = {
             let mut st = self.svc.lock();
             // Answer what waits here first (a node that re-acquires a lock locally in a
             // loop must still hand it on when asked).
@@ -1216,12 +1203,19 @@ impl Svm {
                 return Ok(());
             }
             let vt = st.vt.clone();
+            // The request goes to the probable tail of the lock's queue.
+            let to = self.svc.lock_target(&mut st, lock)?;
+            if to == self.me {
+                return Err(Error::Protocol(format!(
+                    "lock {lock}: this node is the tail of its queue without its token"
+                )));
+            }
             self.svc.unlock(st)?;
-            vt
+            (vt, to)
         };
         // The clock only where the acquire is remote: a local one costs less than reading it.
         let t0 = pace::now_ns();
-        let notices = self.request_grant(S_LOCK, lock, 0, vt, "a lock grant")?;
+        let notices = self.request_grant((S_LOCK, lock, 0), to, vt, "a lock grant")?;
         {
             let mut st = self.svc.lock();
             st.token[l] = true;
@@ -1239,11 +1233,18 @@ impl Svm {
     pub fn release(&mut self, lock: u32) -> Result<()> {
         self.check_lock(lock)?;
         let _in = self.svc.awake();
-        if !self.svc.lock().held[lock as usize] {
+        let mut st = self.svc.lock();
+        if !st.held[lock as usize] {
             return Err(Error::NotHeld(lock));
         }
-        self.close_interval()?;
-        let mut st = self.svc.lock();
+        // The interval's updates reach their homes before anyone can be granted the lock
+        // (the state's lock is not held meanwhile: close_interval takes it).
+        if !self.dirty.borrow().is_empty() {
+            drop(st);
+            self.close_interval()?;
+            st = self.svc.lock();
+        }
+        self.svc.check_failed()?;
         st.held[lock as usize] = false;
         if st.waiter[lock as usize].is_some() {
             let t0 = pace::now_ns();
@@ -1302,7 +1303,8 @@ impl Svm {
         let t0 = pace::now_ns();
         self.close_interval()?;
         let vt = self.svc.lock().vt.clone();
-        let notices = self.request_grant(S_FLAG, flag, value, vt, "a flag")?;
+        let notices =
+            self.request_grant((S_FLAG, flag, value), flag as usize % self.n, vt, "a flag")?;
         self.apply_notices(&notices)?;
         let mut s = self.stats.borrow_mut();
         s.flag_waits += 1;

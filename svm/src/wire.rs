@@ -176,15 +176,16 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub fn decode(bytes: &[u8], n: usize) -> Slot {
-        let w = |i: usize| u32::from_ne_bytes(bytes[4 * i..4 * i + 4].try_into().expect("word"));
+    /// A slot from its head's bytes and its vector (read apart: no copy of the whole slot).
+    pub fn decode(head: &[u8; 4 * SLOT_HEAD], vector: Vec<u32>) -> Slot {
+        let w = |i: usize| u32::from_ne_bytes(head[4 * i..4 * i + 4].try_into().expect("word"));
         Slot {
             seq: w(0),
             kind: w(1),
             id: w(2),
             arg: w(3),
             from: w(4),
-            vector: (0..n).map(|i| w(SLOT_HEAD + i)).collect(),
+            vector,
         }
     }
 }
@@ -271,7 +272,11 @@ mod tests {
             vector: &v,
         };
         let b = m.encode(64);
-        let s = Slot::decode(&b, 3);
+        let vector = b[4 * SLOT_HEAD..4 * (SLOT_HEAD + 3)]
+            .chunks_exact(4)
+            .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        let s = Slot::decode(b[..4 * SLOT_HEAD].try_into().unwrap(), vector);
         assert_eq!((s.seq, s.kind, s.id, s.arg, s.from), (5, S_LOCK, 3, 4, 1));
         assert_eq!(s.vector, v);
         assert_eq!(u32::from_ne_bytes(b[60..].try_into().unwrap()), 5);

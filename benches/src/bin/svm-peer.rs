@@ -25,6 +25,7 @@
 //! the simulated SHRIMP).
 //!
 //! `vmmc-run -n N [--transport sim] -- svm-peer [--batch K] [--batches B] [--name NAME]`
+//! `[--lock-only]` (only the NX round trip and `lock_contended`, to profile the hand-over)
 //! (`SVM_PROTOCOL` picks the protocol).
 
 #![forbid(unsafe_code)]
@@ -35,10 +36,12 @@ use vmmc::pace::now_ns;
 use vmmc::{Endpoint, ExportOptions, MemKind};
 use vmmc_benches::stats::median;
 
+#[derive(Clone)]
 struct Opts {
     batch: usize,
     batches: usize,
     name: String,
+    lock_only: bool,
 }
 
 fn opts() -> Opts {
@@ -46,6 +49,7 @@ fn opts() -> Opts {
         batch: 200,
         batches: 7,
         name: "svm".into(),
+        lock_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -54,8 +58,11 @@ fn opts() -> Opts {
             "--batch" => o.batch = num(o.batch),
             "--batches" => o.batches = num(o.batches),
             "--name" => o.name = args.next().unwrap_or(o.name),
+            "--lock-only" => o.lock_only = true,
             other => {
-                eprintln!("svm-peer: unknown option {other:?} (--batch K --batches B --name NAME)");
+                eprintln!(
+                    "svm-peer: unknown option {other:?} (--batch K --batches B --name NAME --lock-only)"
+                );
                 std::process::exit(2);
             }
         }
@@ -187,11 +194,26 @@ fn hold_ns() -> u64 {
 }
 
 fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<String> {
-    let cfg = Config::from_env()?.space((64 << 20).max(4 * o.batch * o.batches * ep.page_size()));
+    let space = if o.lock_only {
+        64 << 20
+    } else {
+        (64 << 20).max(4 * o.batch * o.batches * ep.page_size())
+    };
+    let cfg = Config::from_env()?.space(space);
     let mut s = Svm::new(ep, cfg)?;
     let (me, page) = (s.rank(), s.page_size());
     let words = page / 4;
     let n_pages = o.batch * o.batches;
+    if o.lock_only {
+        lock_contended(&mut s, o, out)?;
+        let proto = s.protocol().to_string();
+        let st = s.stats();
+        s.finish()?;
+        if me == 0 {
+            eprintln!("svm-peer node 0: {st}");
+        }
+        return Ok(proto);
+    }
 
     // A fault with nothing to fetch: the first write to a page homed here.
     let own = s.alloc::<u32>(n_pages * words, Placement::Node(0))?;
@@ -337,11 +359,27 @@ fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Resu
     }
     s.barrier()?;
 
-    // Lock ping-pong under contention: nodes 0 and 1 acquire and release one lock in a loop;
-    // the longer of the two nodes' times over the hand-overs both made (the acquires that
-    // found the lock at the other node; one node's remote acquires alone count every other
-    // hand-over). Local re-acquires, which come while the other's request is on its way,
-    // are included in the time. (Medians come from the rounds of `bench-svm`.)
+    lock_contended(&mut s, o, out)?;
+    s.barrier()?;
+
+    let t = timed(o, |_| Ok(s.barrier()?))?;
+    out.insert("barrier".into(), t);
+    let st = s.stats();
+    let proto = s.protocol().to_string();
+    s.finish()?;
+    if me == 0 {
+        eprintln!("svm-peer node 0: {st}");
+    }
+    Ok(proto)
+}
+
+/// Lock ping-pong under contention: nodes 0 and 1 acquire and release one lock in a loop;
+/// the longer of the two nodes' times over the hand-overs both made (the acquires that
+/// found the lock at the other node; one node's remote acquires alone count every other
+/// hand-over). Local re-acquires, which come while the other's request is on its way,
+/// are included in the time. (Medians come from the rounds of `bench-svm`.)
+fn lock_contended(s: &mut Svm, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result<()> {
+    let me = s.rank();
     let per = s.alloc::<u64>(4, Placement::Node(0))?;
     if me <= 1 && s.size() > 1 {
         let before = s.stats().remote_acquires;
@@ -363,17 +401,7 @@ fn shared(ep: Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Resu
             w[0].max(w[2]) as f64 / 1e3 / (w[1] + w[3]).max(1) as f64,
         );
     }
-    s.barrier()?;
-
-    let t = timed(o, |_| Ok(s.barrier()?))?;
-    out.insert("barrier".into(), t);
-    let st = s.stats();
-    let proto = s.protocol().to_string();
-    s.finish()?;
-    if me == 0 {
-        eprintln!("svm-peer node 0: {st}");
-    }
-    Ok(proto)
+    Ok(())
 }
 
 fn main() {
@@ -382,8 +410,19 @@ fn main() {
         let mut out = BTreeMap::new();
         let nodes = ep.size();
         let rank = ep.rank();
-        raw(&ep, &o, &mut out)?;
-        nx_rtt(&ep, &o, &mut out)?;
+        if !o.lock_only {
+            raw(&ep, &o, &mut out)?;
+        }
+        // Profiling the lock alone: a round trip to compare with, not a long NX run.
+        let nx_o = Opts {
+            batch: if o.lock_only {
+                o.batch.min(2000)
+            } else {
+                o.batch
+            },
+            ..o.clone()
+        };
+        nx_rtt(&ep, &nx_o, &mut out)?;
         let proto = shared(ep, &o, &mut out)?;
         if rank == 0 {
             let j = serde_json::json!({
