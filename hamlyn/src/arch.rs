@@ -233,6 +233,29 @@ struct Slot {
     fast_class: u64,
 }
 
+/// Where a fast-mode packet's data goes when it passes the common case's checks (the fast
+/// paths of the receiving side): a well-formed one-packet fast-mode message, with the
+/// slot's key, inside the slot, and for `class` a slot of that receive class. `None` for
+/// anything else, which the long way checks again and counts.
+#[inline]
+fn fast_dest<'a>(
+    slots: &'a mut [Option<Slot>],
+    h: &Header,
+    packet: usize,
+    class: Option<u64>,
+) -> Option<&'a mut [u8]> {
+    let dlen = h.len as usize;
+    if h.meta_index != FAST_INDEX || h.flags & F_BOOT != 0 || h.meta_len != 0 || dlen > packet {
+        return None;
+    }
+    let slot = slots.get_mut(h.slot as usize)?.as_mut()?;
+    if h.key != slot.key || class.is_some_and(|c| c != slot.fast_class) {
+        return None;
+    }
+    let start = usize::try_from(h.offset).ok()?;
+    slot.area.get_mut(start..start.checked_add(dlen)?)
+}
+
 /// A gather list element (§2.3): `<send_buffer_tag, offset, length>`.
 #[derive(Clone, Copy, Debug)]
 pub struct Gather {
@@ -1240,31 +1263,11 @@ impl Hamlyn {
     /// checks again and counts the refusal.
     #[inline]
     fn accept_fast(&mut self, from: usize, cell: usize, h: &Header) -> Result<bool> {
-        let dlen = h.len as usize;
-        if h.meta_index != FAST_INDEX
-            || h.flags & F_BOOT != 0
-            || h.meta_len != 0
-            || dlen > self.layout.packet
-        {
-            return Ok(false);
-        }
-        let Some(Some(slot)) = self.slots.get_mut(h.slot as usize) else {
+        let Some(dst) = fast_dest(&mut self.slots, h, self.layout.packet, None) else {
             return Ok(false);
         };
-        if h.key != slot.key {
-            return Ok(false);
-        }
-        let Some(end) = h
-            .offset
-            .checked_add(dlen as u64)
-            .filter(|&e| e <= slot.area.len() as u64)
-        else {
-            return Ok(false);
-        };
-        let at = self.layout.payload_at(cell, dlen);
-        self.inc[from]
-            .ring
-            .read(at, &mut slot.area[h.offset as usize..end as usize])?;
+        let at = self.layout.payload_at(cell, dst.len());
+        self.inc[from].ring.read(at, dst)?;
         self.stats.packets += 1;
         self.notify(NqEntry {
             wrap: false,
@@ -1310,31 +1313,10 @@ impl Hamlyn {
             ring.read(at + 16 * i, piece)?;
         }
         let h = Header::decode(&hb);
-        let dlen = h.len as usize;
-        if h.meta_index != FAST_INDEX
-            || h.flags & F_BOOT != 0
-            || h.meta_len != 0
-            || dlen > self.layout.packet
-        {
-            return Ok(None);
-        }
-        let Some(Some(slot)) = self.slots.get_mut(h.slot as usize) else {
+        let Some(dst) = fast_dest(&mut self.slots, &h, self.layout.packet, Some(class)) else {
             return Ok(None);
         };
-        if h.key != slot.key || slot.fast_class != class {
-            return Ok(None);
-        }
-        let Some(end) = h
-            .offset
-            .checked_add(dlen as u64)
-            .filter(|&e| e <= slot.area.len() as u64)
-        else {
-            return Ok(None);
-        };
-        ring.read(
-            self.layout.payload_at(cell, dlen),
-            &mut slot.area[h.offset as usize..end as usize],
-        )?;
+        ring.read(self.layout.payload_at(cell, dst.len()), dst)?;
         self.stats.packets += 1;
         let e = NqEntry {
             wrap: self.nq_wrap,
