@@ -107,11 +107,16 @@ pub(crate) struct Service {
 }
 
 /// A notification held back: to `node`, whose `awake` word read `epoch` (outside the
-/// library) when the request went out at `since`.
+/// library) at `since`. A request whose reply the program waits for (`ask`) is held back
+/// without a look at the word, which costs a remote read of a line its owner writes at
+/// every call (and its next write a wait for that line): the word is read only once the
+/// reply is [`LOOK_DELAY`] late, and the bell goes when the reply comes
+/// ([`Service::answered`]).
 pub(crate) struct Bell {
     node: usize,
-    epoch: u32,
-    since: std::time::Instant,
+    epoch: Option<u32>,
+    since: Option<std::time::Instant>,
+    ask: bool,
 }
 
 /// How long a request to a node outside the library waits for the node to come back in (it
@@ -120,6 +125,12 @@ pub(crate) struct Bell {
 /// a core for the woken thread; a program that calls the library in a loop (acquire,
 /// release, acquire...) is outside for well under a microsecond at a time.
 const BELL_DELAY: std::time::Duration = std::time::Duration::from_micros(5);
+
+/// How late the reply to a request must be before the requester looks whether its node is
+/// inside the library: a lock handed over between two nodes that call the library in a
+/// loop comes back within about a microsecond (bench svm-peer, `lock_contended`), and then
+/// nobody reads the other's word.
+const LOOK_DELAY: std::time::Duration = std::time::Duration::from_micros(2);
 
 /// A transfer's error, naming the node when it is gone.
 fn lost(node: usize, e: vmmc::Error) -> Error {
@@ -151,6 +162,9 @@ pub(crate) enum Wake {
     Reply,
     /// A request: a notification unless the receiver is inside the library.
     Request,
+    /// A request whose reply the program's thread waits for next (a page, a lock, a flag):
+    /// as `Request`, but the receiver's word is read only if the reply is late.
+    Ask,
 }
 
 /// Where a transfer goes.
@@ -284,36 +298,42 @@ impl Service {
         } else {
             p.send(off, bytes).map_err(lost)?;
         }
-        let ring = wake == Wake::Request;
-        if ring {
-            // Dekker with the receiver's `Awake` guard and its sleep: our data is visible
-            // before we read its word; it clears the word before it looks one last time.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            // A node that left since the transfer has nothing to be woken for: whoever
-            // waits for it sees the loss.
-            let outside = match self.outside(node) {
-                Err(Error::PeerLost(..)) => None,
-                x => x?,
-            };
-            if let Some(epoch) = outside {
-                if self.defer_bells
-                    && std::thread::current().id() == self.program
-                    && self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
-                {
-                    self.bells
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(Bell {
+        if matches!(wake, Wake::Request | Wake::Ask) {
+            let hold = self.defer_bells
+                && self.depth.load(std::sync::atomic::Ordering::Relaxed) > 0
+                && std::thread::current().id() == self.program;
+            if hold && wake == Wake::Ask {
+                // Its word is looked at only if the reply is late (see `Bell`).
+                self.hold_bell(Bell {
+                    node,
+                    epoch: None,
+                    since: None,
+                    ask: true,
+                });
+            } else {
+                // Dekker with the receiver's `Awake` guard and its sleep: our data is
+                // visible before we read its word; it clears the word before it looks one
+                // last time.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                // A node that left since the transfer has nothing to be woken for: whoever
+                // waits for it sees the loss.
+                let outside = match self.outside(node) {
+                    Err(Error::PeerLost(..)) => None,
+                    x => x?,
+                };
+                if let Some(epoch) = outside {
+                    if hold {
+                        self.hold_bell(Bell {
                             node,
-                            epoch,
-                            since: std::time::Instant::now(),
+                            epoch: Some(epoch),
+                            since: Some(std::time::Instant::now()),
+                            ask: false,
                         });
-                    self.bells_held
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                } else {
-                    match self.notify(st, node) {
-                        Err(Error::PeerLost(..)) => {}
-                        x => x?,
+                    } else {
+                        match self.notify(st, node) {
+                            Err(Error::PeerLost(..)) => {}
+                            x => x?,
+                        }
                     }
                 }
             }
@@ -355,6 +375,25 @@ impl Service {
         Ok(())
     }
 
+    fn hold_bell(&self, b: Bell) {
+        self.bells.lock().unwrap_or_else(|e| e.into_inner()).push(b);
+        self.bells_held
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The reply to the program's request has come: the node it went to (or the node that
+    /// passed it on) has served it, and its held-back notification is moot (a node has one
+    /// request outstanding at a time).
+    pub fn answered(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.bells_held.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut bells = self.bells.lock().unwrap_or_else(|e| e.into_inner());
+        bells.retain(|b| !b.ask);
+        self.bells_held.store(!bells.is_empty(), Ordering::Relaxed);
+    }
+
     /// Sends the notifications held back whose receivers have not been inside the library
     /// since (those that have were served, or will be before they leave): all of them with
     /// `now`, else those held for [`BELL_DELAY`].
@@ -367,21 +406,38 @@ impl Service {
         let mut st = Stats::default();
         let mut r = Ok(());
         let mut clock = None;
-        bells.retain(|b| {
+        let mut now_at = || *clock.get_or_insert_with(std::time::Instant::now);
+        bells.retain_mut(|b| {
             if r.is_err() {
                 return true;
             }
+            let since = *b.since.get_or_insert_with(&mut now_at);
+            if b.epoch.is_none() && !now {
+                // A request without a reply yet: look at its node's word once the reply is
+                // late (the look comes after the request, as the Dekker pairing wants).
+                if now_at().duration_since(since) < LOOK_DELAY {
+                    return true;
+                }
+                std::sync::atomic::fence(Ordering::SeqCst);
+                return match self.outside(b.node) {
+                    Ok(Some(w)) => {
+                        b.epoch = Some(w);
+                        true
+                    }
+                    // Inside: it serves the request before it leaves.
+                    Ok(None) | Err(Error::PeerLost(..)) => false,
+                    Err(e) => {
+                        r = Err(e);
+                        true
+                    }
+                };
+            }
             // Not due yet: no look at the node's word (a remote read) before it is.
-            if !now
-                && clock
-                    .get_or_insert_with(std::time::Instant::now)
-                    .duration_since(b.since)
-                    < BELL_DELAY
-            {
+            if !now && now_at().duration_since(since) < BELL_DELAY {
                 return true;
             }
             match self.outside(b.node) {
-                Ok(Some(w)) if w == b.epoch => {
+                Ok(Some(w)) if b.epoch.is_none_or(|e| e == w) => {
                     r = match self.notify(&mut st, b.node) {
                         // A held-back bell only hurries a node: one that has left the job
                         // needs none (whoever waits for it sees the loss).

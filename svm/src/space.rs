@@ -797,7 +797,7 @@ impl Svm {
                 To::Ctl(h),
                 self.svc.lay.req(self.me),
                 m,
-                Wake::Request,
+                Wake::Ask,
             )?;
             let svc = &self.svc;
             self.wait("a page from its home", |_| {
@@ -807,6 +807,7 @@ impl Svm {
                         .then_some(()),
                 )
             })?;
+            svc.answered();
         }
         let mut s = self.stats.borrow_mut();
         s.page_fetches += 1;
@@ -859,8 +860,10 @@ impl Svm {
                 return Ok(v);
             }
             // Past the spin, what this thread holds back goes out now: it may be what we
-            // wait for.
-            self.svc.ring_due(wait.resting())?;
+            // wait for. (While spinning, a look every 16 turns: the delays are microseconds.)
+            if wait.resting() || turns.is_multiple_of(16) {
+                self.svc.ring_due(wait.resting())?;
+            }
             turns += 1;
             if lost.is_none() && (wait.resting() || turns.is_multiple_of(256)) {
                 if let Err(e) = self.check_peers(what, from) {
@@ -1167,12 +1170,13 @@ impl Svm {
                 To::Ctl(mgr),
                 self.svc.lay.req(self.me),
                 m,
-                Wake::Request,
+                Wake::Ask,
             )?;
         }
         let (_, notices) = self.wait(what, |s| {
             s.svc.read_mailbox(&s.svc.ctl, s.svc.lay.grant(), seq)
         })?;
+        self.svc.answered();
         Ok(notices)
     }
 
@@ -1216,12 +1220,13 @@ impl Svm {
         // The clock only where the acquire is remote: a local one costs less than reading it.
         let t0 = pace::now_ns();
         let notices = self.request_grant((S_LOCK, lock, 0), to, vt, "a lock grant")?;
-        {
+        let new = {
             let mut st = self.svc.lock();
             st.token[l] = true;
             st.held[l] = true;
-        }
-        self.apply_notices(&notices)?;
+            st.learn(&notices)?
+        };
+        self.invalidate(new)?;
         let mut s = self.stats.borrow_mut();
         s.remote_acquires += 1;
         s.protocol_ns += pace::now_ns().saturating_sub(t0);

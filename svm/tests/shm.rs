@@ -132,3 +132,56 @@ fn a_dead_node_is_reported() {
     assert_eq!(o.ranks_ok(), 2, "{}", o.report());
     assert!(o.stdout.contains("is lost"), "{}", o.report());
 }
+
+/// A node that computes outside the library still serves: a page request and a lock request
+/// reach it by notification (seed 001 Table 3; on shm after a short delay, in case it comes
+/// back in first), and the requester does not wait for the node's next call. Node 0
+/// computes until node 1 says, through a raw VMMC word, that both were served.
+#[test]
+fn a_node_outside_the_library_is_notified() {
+    for p in Protocol::ALL {
+        Job::new("a_node_outside_the_library_is_notified", 2)
+            .limit(Duration::from_secs(120))
+            .env("SVM_PROTOCOL", p.name())
+            .run_ok(|| {
+                let mut s = space(p);
+                let ep = s.endpoint().clone();
+                let done = ep.alloc(4096, vmmc::MemKind::Shared).expect("alloc");
+                ep.export(0x2356_7E01, &done, vmmc::ExportOptions::new())
+                    .expect("export");
+                let page = s.alloc::<u32>(1024, Placement::Node(0)).expect("alloc");
+                if s.rank() == 0 {
+                    s.view(page).set(0, 42).expect("write");
+                    // Lock 0's token is at node 0.
+                    s.acquire(0).expect("acquire");
+                    s.release(0).expect("release");
+                }
+                s.barrier().expect("barrier");
+                if s.rank() == 0 {
+                    let t0 = std::time::Instant::now();
+                    while done.load_u32(0).expect("word") == 0 {
+                        assert!(
+                            t0.elapsed() < Duration::from_secs(30),
+                            "node 1 was not served while node 0 computed"
+                        );
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    // The page's home and the lock's token are at node 0, which computes.
+                    assert_eq!(s.view(page).get(0).expect("read"), 42);
+                    s.acquire(0).expect("acquire");
+                    s.release(0).expect("release");
+                    let zero = ep.import(ep.proc_of(0).expect("rank 0"), 0x2356_7E01);
+                    zero.expect("import")
+                        .send(0, &1u32.to_ne_bytes())
+                        .expect("done");
+                }
+                if s.rank() == 1 {
+                    let sent = s.stats().notifications_sent;
+                    assert!(sent >= 1, "node 1 sent {sent} notifications");
+                }
+                s.barrier().expect("barrier");
+                s.finish().expect("finish");
+            });
+    }
+}
