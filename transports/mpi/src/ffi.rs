@@ -265,6 +265,48 @@ impl Win {
         }
     }
 
+    /// `MPI_Win_allocate_shared` of `len` bytes per rank of `MPI_COMM_WORLD` (collective;
+    /// every rank on one node): every rank can address every rank's part directly
+    /// ([`Win::shared_base`]).
+    pub fn allocate_shared(len: usize) -> Result<Win> {
+        // SAFETY: a null handle, overwritten by the call.
+        let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: MPI is initialised; `base` receives the address of this rank's part (the C
+        // signature takes it as `void *`), `w` the window.
+        let rc = unsafe {
+            sys::MPI_Win_allocate_shared(
+                len as sys::MPI_Aint,
+                1,
+                sys::RSMPI_INFO_NULL,
+                sys::RSMPI_COMM_WORLD,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+                &mut w,
+            )
+        };
+        check(rc, "MPI_Win_allocate_shared")?;
+        Win::epoch(w, base)
+    }
+
+    /// Where `rank`'s part of a window made by [`Win::allocate_shared`] lies in this
+    /// process (`MPI_Win_shared_query`).
+    pub fn shared_base(&self, rank: usize) -> Result<*mut u8> {
+        let (mut size, mut unit): (sys::MPI_Aint, c_int) = (0, 0);
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: a shared window; the out-pointers are live.
+        let rc = unsafe {
+            sys::MPI_Win_shared_query(
+                self.w,
+                rank as c_int,
+                &mut size,
+                &mut unit,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+            )
+        };
+        check(rc, "MPI_Win_shared_query")?;
+        Ok(base)
+    }
+
     /// A second handle to the same window (to free it at exit through one of them only).
     pub fn alias(&self) -> Win {
         Win {

@@ -19,10 +19,15 @@
 //! - **notification**: after the flush, a message on the pair's control connection names the
 //!   export, the offset and the value of the last word; the receiver's progress engine checks
 //!   it against its exports (key, permission, bounds) and turns it into the core's
-//!   notification. The same message, without the flag, rings the receiver's doorbell when
-//!   somebody sleeps there: the doorbell (`vmmc::wait::Bell`) lives in a small window of its
-//!   own, allocated with `MPI_Win_allocate`, and a sender reads its sleeper count with one
-//!   `MPI_Get` after its data (on one host that get is a load from shared memory).
+//!   notification. Without a notification, a sender wakes a receiver that sleeps waiting
+//!   for data (`vmmc::wait`) by ringing its doorbell (`vmmc::wait::Bell`), which lives in a
+//!   small window of its own. When the whole job shares one node that window is made with
+//!   `MPI_Win_allocate_shared`, every rank's doorbell is mapped in every rank, and a sender
+//!   rings it itself after its data, as the shm transport's writers do: a fence and a load of
+//!   the sleeper count, and a futex wake only if somebody sleeps ([`RmaStats::rings`]).
+//!   Across nodes the window is `MPI_Win_allocate`d, the sender reads the sleeper count with
+//!   one `MPI_Get` after its data, and a sleeping receiver is rung by the same message as a
+//!   notification, without the flag.
 //! - **automatic update** is the core's emulation (combined stores sent as deliberate
 //!   updates); redirectable buffers (seed 004's transfer redirection) are written through
 //!   the control connection, since their data must be placed by the receiver; when a sender
@@ -95,8 +100,9 @@
 //! buffer). So both: a pool allocated once at start, from which the endpoint's allocations
 //! come (the core asks the transport first, `Transport::alloc`), and the dynamic window for
 //! the rest. `bench-mpi` shows what it gives: a deliberate update into pool memory costs
-//! about what `MPI_Put` + flush into an allocated window costs (a few times more for 8 B:
-//! two put-flush pairs and the doorbell read, against one pair), and 1 MiB runs at the
+//! about what `MPI_Put` + flush into an allocated window costs (2.3-2.6 times for 8 B,
+//! measured on one host with the doorbell mapped: two put-flush pairs against one; 3.2-3.6
+//! times with the doorbell read by `MPI_Get` as before), and 1 MiB runs at the
 //! allocated window's speed. The doorbell is in a small allocated window too. Across hosts
 //! both flavours take the network's RMA path and the difference shrinks.
 //!
@@ -162,6 +168,9 @@ struct Windows {
     bells: Option<ffi::Win>,
     /// By rank: the displacement of its doorbell (whose first word counts its sleepers).
     bell_at: Vec<u64>,
+    /// By rank, when the whole job shares one node's memory: its doorbell, mapped here
+    /// (the bells window is then `MPI_Win_allocate_shared`), which a writer rings itself.
+    bell_here: Vec<usize>,
 }
 
 static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
@@ -220,7 +229,7 @@ extern "C" fn finalize_at_exit() {
 }
 
 impl Windows {
-    fn get(size: usize, initialised_mpi: bool) -> Result<Arc<Windows>> {
+    fn get(size: usize, all_local: bool, initialised_mpi: bool) -> Result<Arc<Windows>> {
         let mut g = lock(&WINDOWS);
         if let Some(w) = &*g {
             return Ok(w.clone());
@@ -242,9 +251,21 @@ impl Windows {
         } else {
             None
         };
-        let bells = ffi::Win::allocate(BELL_WINDOW)?;
+        let shared = all_local && size > 1;
+        let bells = if shared {
+            ffi::Win::allocate_shared(BELL_WINDOW)?
+        } else {
+            ffi::Win::allocate(BELL_WINDOW)?
+        };
         let skew = install_bell(&bells)?;
+        // Also the point from which every rank's doorbell is made and installed.
         let bell_at = ffi::allgather(skew as u64)?;
+        let mut bell_here = Vec::new();
+        if shared {
+            for (r, at) in bell_at.iter().enumerate() {
+                bell_here.push(bells.shared_base(r)? as usize + *at as usize);
+            }
+        }
         if initialised_mpi {
             // SAFETY: registering a plain function without arguments.
             unsafe { libc::atexit(finalize_at_exit) };
@@ -254,6 +275,7 @@ impl Windows {
             pool,
             bells: Some(bells),
             bell_at,
+            bell_here,
         });
         *g = Some(w.clone());
         Ok(w)
@@ -395,6 +417,7 @@ struct Rma {
     gets: AtomicU64,
     fallback_writes: AtomicU64,
     fallback_bytes: AtomicU64,
+    rings: AtomicU64,
 }
 
 /// What went through MPI's one-sided operations (the control plane's traffic is
@@ -412,6 +435,9 @@ pub struct RmaStats {
     pub fallback_writes: u64,
     /// Their bytes.
     pub fallback_bytes: u64,
+    /// Receivers woken by ringing their doorbell from here (mapped here when the whole job
+    /// shares one node), without a message.
+    pub rings: u64,
 }
 
 impl Rma {
@@ -423,6 +449,28 @@ impl Rma {
             link.fence()?;
         }
         Ok(())
+    }
+
+    /// Rings `rank`'s doorbell from here when it is mapped here (the job on one node): a
+    /// fence, a load of its sleeper count, and a futex wake only if somebody sleeps — what
+    /// the shm transport's writers do. `false` when it is not mapped.
+    #[inline]
+    fn ring_here(&self, rank: usize) -> bool {
+        let Some(&at) = self.win.bell_here.get(rank) else {
+            return false;
+        };
+        // SAFETY: `rank`'s doorbell, made and installed before the allgather that gave its
+        // place, in a shared window that stays mapped until the process exits (MPICH frees
+        // it at exit, after the transport finished).
+        let bell = unsafe { &*(at as *const vmmc::wait::Bell) };
+        // After our data, before the load: pairs with the sleeper's count increment, made
+        // before it looks at the data a last time (`vmmc::wait`).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if bell.sleepers() != 0 {
+            bell.ring_ordered();
+            self.rings.fetch_add(1, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Whether a thread of `rank` sleeps on its doorbell (read after our data is visible).
@@ -500,6 +548,7 @@ impl Pair {
             }),
             bells: None,
             bell_at: Vec::new(),
+            bell_here: Vec::new(),
         })
     }
 
@@ -716,7 +765,7 @@ impl MpiTransport {
         };
         let tcp = TcpTransport::connect_with(&tenv, hosted)?;
         tcp.set_revoke_waits(true);
-        let win = Windows::get(size, initialised_mpi)?;
+        let win = Windows::get(size, all_local, initialised_mpi)?;
         ffi::barrier()?;
         Ok(Self::assemble(tcp, win, false, at, env.job.clone()))
     }
@@ -741,6 +790,7 @@ impl MpiTransport {
                 gets: AtomicU64::new(0),
                 fallback_writes: AtomicU64::new(0),
                 fallback_bytes: AtomicU64::new(0),
+                rings: AtomicU64::new(0),
             }),
             attached: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
@@ -792,6 +842,7 @@ impl MpiTransport {
             gets: g(&self.rma.gets),
             fallback_writes: g(&self.rma.fallback_writes),
             fallback_bytes: g(&self.rma.fallback_bytes),
+            rings: g(&self.rma.rings),
         }
     }
 
@@ -1106,6 +1157,8 @@ impl RemoteBuffer for RemoteMpi {
         let last_at = offset + n - WORD_SIZE;
         if opts.notify && self.link.has_handler() {
             self.link.placed(last_at, value, true)
+        } else if self.pair.is_none() && self.rma.ring_here(self.rank) {
+            Ok(())
         } else if match &self.pair {
             Some(p) => p.sleeping()?,
             None => self.rma.sleeping(self.rank)?,
