@@ -1220,3 +1220,41 @@ impl RemoteBuffer for RemoteMpi {
         self.rma.order_after_control(self.rank, &self.link)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawn_order_round_trips() {
+        let o = Order {
+            rank: 7,
+            parent: ProcId { node: 1, squid: 3 },
+            parent_rank: 2,
+            rendezvous: "10.0.0.1:7470".into(),
+            job: "job-42".into(),
+        };
+        let b = o.encode().expect("fits");
+        assert_eq!(b.len(), ORDER_LEN);
+        let d = Order::decode(&b).expect("decodes");
+        assert_eq!((d.rank, d.parent, d.parent_rank), (7, o.parent, 2));
+        assert_eq!(
+            (d.rendezvous.as_str(), d.job.as_str()),
+            ("10.0.0.1:7470", "job-42")
+        );
+        assert!(Order::decode(b"7\n1\n").is_err());
+        let long = Order {
+            job: "x".repeat(ORDER_LEN),
+            ..o
+        };
+        assert!(long.encode().is_err());
+    }
+
+    #[test]
+    fn a_loopback_host_is_this_host_for_mpi() {
+        let here = host_name().expect("gethostname");
+        assert_eq!(mpi_host("127.0.0.1"), here);
+        assert_eq!(mpi_host("localhost"), here);
+        assert_eq!(mpi_host("node7"), "node7");
+    }
+}
