@@ -390,8 +390,9 @@ impl Win {
 }
 
 /// A communicator other than `MPI_COMM_WORLD`: the intercommunicator between a spawner and
-/// the process it spawned, or their merged intracommunicator. Kept for the process's life
-/// (Open MPI and MPICH finalise connected processes together).
+/// the process it spawned, or their merged intracommunicator. Kept until the process exits,
+/// when the merged one is freed ([`Comm::free`]) and the intercommunicator disconnected
+/// ([`Comm::disconnect`]).
 pub struct Comm(sys::MPI_Comm);
 
 // SAFETY: a communicator handle may be used from any thread under MPI_THREAD_MULTIPLE,
@@ -480,10 +481,21 @@ impl Comm {
         Ok(Comm(c))
     }
 
-    /// `MPI_Barrier` over this communicator.
-    pub fn barrier(&self) -> Result<()> {
-        // SAFETY: a communicator of ours.
-        check(unsafe { sys::MPI_Barrier(self.0) }, "MPI_Barrier")
+    /// `MPI_Comm_free` (local): the communicator is gone once nothing is pending on it.
+    pub fn free(mut self) -> Result<()> {
+        // SAFETY: a communicator of ours, consumed: no later use of the handle.
+        check(unsafe { sys::MPI_Comm_free(&mut self.0) }, "MPI_Comm_free")
+    }
+
+    /// `MPI_Comm_disconnect` of an intercommunicator, collective over both of its groups:
+    /// returns when the communication on it is complete on both sides and the two
+    /// processes are no longer connected, so each may finalise without the other.
+    pub fn disconnect(mut self) -> Result<()> {
+        // SAFETY: a communicator of ours, consumed: no later use of the handle.
+        check(
+            unsafe { sys::MPI_Comm_disconnect(&mut self.0) },
+            "MPI_Comm_disconnect",
+        )
     }
 
     /// Sends `data` to `rank` (of the remote group, for an intercommunicator).

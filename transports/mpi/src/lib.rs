@@ -76,11 +76,13 @@
 //! after one failed spawn every later one ends the job, and a program its daemon cannot
 //! start ends it too, so a host name that does not resolve and a program missing on this
 //! host are refused before MPI is asked (a resolvable host outside mpirun's allocation still
-//! fails the spawn, and then the job); at exit the pair's window is freed and the two
-//! synchronise before `MPI_Finalize` (without it the exit hung now and then: its TCP BTL wrote
-//! to a closed connection), and `MPI_Comm_disconnect` is never called (it hangs between a
-//! spawner and its child, measured from C too). MPICH 4.0 here cannot spawn at all (its
-//! `MPI_Comm_spawn` fails inside Hydra, also from C): the spawn then fails with MPI's error.
+//! fails the spawn, and then the job). At exit a spawner and its spawned process free their
+//! window and merged communicator and then both disconnect their intercommunicator
+//! (`MPI_Comm_disconnect`) before `MPI_Finalize`: without that, Open MPI 4.1 lets the
+//! spawned process finalise and exit while its spawner's TCP BTL still writes to it, and the
+//! spawner's `MPI_Finalize` then never returns (see `Connection`). MPICH 4.0 here cannot
+//! spawn at all (its `MPI_Comm_spawn` fails inside Hydra, also from C): the spawn then fails
+//! with MPI's error.
 //!
 //! ## `MPI_Win_allocate` or `MPI_Win_create_dynamic`
 //! Measured here (Open MPI 4.1.4, 2 ranks on one host, `osu_put_latency`'s loop of
@@ -178,11 +180,19 @@ static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
 /// retries its shared-memory writes to the dead process), so the process leaves without it.
 static CRASHED: AtomicBool = AtomicBool::new(false);
 
-/// A spawner's or a spawned process's connection to the other (see [`Pair`]), ended at exit:
-/// the pair's window freed (collective over the two), in the order made (a spawned process's
-/// link to its spawner comes first: no two processes wait for each other). Without it, a
-/// spawned process finalising while its spawner still ran made Open MPI 4.1 hang now and
-/// then at exit (its TCP BTL wrote to a closed connection, measured).
+/// A spawner's or a spawned process's connection to the other (see [`Pair`]), ended at exit
+/// in the order made (a spawned process's link to its spawner first, then its links to the
+/// processes it spawned, in order: no two processes wait for each other): the pair's window
+/// freed (collective), the merged communicator freed (local), then the intercommunicator
+/// disconnected (collective, on both sides). MPI makes `MPI_Finalize` collective over all
+/// connected processes; Open MPI 4.1's only waits for the process's own job (a PMIx fence,
+/// which it relies on because an MPI barrier does not prove that a BTL has sent what it
+/// buffered). Without the disconnect a spawned process could finalise and exit while its
+/// spawner's TCP BTL still had a fragment for it: `writev failed: Broken pipe`, and the
+/// spawner's `MPI_Finalize` spun for ever in libevent's `event_base_free` (gdb). A C program
+/// doing what the transport did (`tests/c/spawn_exit.c`) hung so in 6 of 40 runs on a
+/// loaded machine, 0 of 40 with the disconnect; disconnecting on one side only fails, and
+/// disconnecting the merged communicator too hangs (every run tried).
 struct Connection {
     win: ffi::Win,
     merged: ffi::Comm,
@@ -196,11 +206,10 @@ extern "C" fn finalize_at_exit() {
         for c in lock(&CONNECTED).drain(..) {
             // SAFETY: the process is exiting: no endpoint uses the pair's window any more.
             unsafe { c.win.free() };
-            // Not disconnected: MPI_Comm_disconnect between a spawner and its spawned
-            // process hangs in Open MPI 4.1 here (measured, also from C: 12 of 12 runs);
-            // MPI_Finalize ends the connection.
-            let _ = c.merged.barrier();
-            let _ = &c.inter;
+            // Disconnecting waits for what is pending on the communicator: nothing may be
+            // left on the merged one (its window is freed above, so it can be).
+            let _ = c.merged.free();
+            let _ = c.inter.disconnect();
         }
         let _ = ffi::barrier();
         // Under MPICH the windows are freed first (its UCX layer asserts at finalize on

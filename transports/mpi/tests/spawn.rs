@@ -262,8 +262,7 @@ fn main() {
             cmd.arg("--allow-run-as-root");
         }
     }
-    // A group of its own: a job that hangs is killed with everything it started (a spawned
-    // process outlives a killed mpirun otherwise).
+    // A group of its own, so that a job that hangs can be ended as a whole (see below).
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
     let mut kid = cmd
@@ -294,7 +293,20 @@ fn main() {
             break Some(st);
         }
         if start.elapsed() > JOB_LIMIT {
+            // Open MPI puts every process it starts in a process group of its own, out of
+            // reach of a signal to mpirun's: a SIGKILLed mpirun leaves them running (a rank
+            // stuck in MPI_Finalize spins on a core). SIGTERM first, on which mpirun ends
+            // them; then SIGKILL whatever is left of its group.
             // SAFETY: signals the process group made for the job above.
+            unsafe { libc::kill(-(kid.id() as i32), libc::SIGTERM) };
+            let term = Instant::now();
+            while term.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = kid.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // SAFETY: as above.
             unsafe { libc::kill(-(kid.id() as i32), libc::SIGKILL) };
             let _ = kid.kill();
             let _ = kid.wait();
