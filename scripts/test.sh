@@ -29,9 +29,10 @@ VMMC_TRANSPORT=rdma VMMC_RDMA_LIB="$PWD/target/debug/deps/libvmmc_rdma_standin.s
   -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job
 rm -rf "$rdma_fabric"
 # The mpi transport's conformance suite built against MPICH and run by its launcher (a target
-# directory of its own: the MPI bindings are specific to the MPI they were built against).
+# directory of its own: the MPI bindings are specific to the MPI they were built against),
+# and its spawn test, which checks that MPICH's failing MPI_Comm_spawn is a failed spawn.
 MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpich VMMC_MPIRUN=mpirun.mpich \
-  cargo test -p vmmc-mpi --test conformance
+  cargo test -p vmmc-mpi --test conformance --test spawn
 # Descriptors above 65535 need a hard RLIMIT_NOFILE above 150000: that test runs where the
 # limit can be raised (CAP_SYS_RESOURCE), and says why where it cannot.
 if (ulimit -Hn 200000) 2>/dev/null; then

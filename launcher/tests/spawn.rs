@@ -321,3 +321,44 @@ fn hosts_need_a_transport_that_crosses_hosts() {
     assert!(!o.status.success());
     assert!(err.contains("give --rendezvous"), "{out}\n{err}");
 }
+
+/// Under `vmmc-run --transport mpi` (mpirun) the spawn is `MPI_Comm_spawn`: the example's
+/// child joins, writes every rank's buffer and gets a word from each (from rank 0, its
+/// spawner, through their window; from rank 1 through the control plane's TCP path). The
+/// two spawns that must fail are refused before MPI is asked (Open MPI ends the job after a
+/// failed spawn), so they reserve no rank: the child is rank 2 of 3.
+#[cfg(feature = "mpi")]
+#[test]
+fn spawn_over_mpi_joins_the_job_both_ways() {
+    let ex = example("spawn");
+    let o = run(&[
+        "-n",
+        "2",
+        "--transport",
+        "mpi",
+        "--bind-to",
+        "none",
+        "--",
+        ex.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let has = |part: &str| out.lines().any(|l| l.contains(part));
+    assert!(
+        has("spawn on an unknown host: spawn failed: unknown host \"no-such-host.invalid\""),
+        "{out}"
+    );
+    assert!(
+        has("spawn of a missing program: spawn failed: cannot start \"/nonexistent/vmmc-program\""),
+        "{out}"
+    );
+    assert!(has("process rank 2 (") && has("of size 3"), "{out}");
+    assert!(has("got a write from each of 2 ranks"), "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("imported the spawned process"))
+            .count(),
+        2,
+        "{out}"
+    );
+}

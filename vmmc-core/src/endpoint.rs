@@ -349,8 +349,9 @@ impl Endpoint {
     ///
     /// Errors: [`Error::SpawnFailed`] for an unknown host, a program that cannot be started,
     /// a process that ended before it joined, or no slot left; [`Error::Unsupported`] where
-    /// nobody can start a process: sim, mpi (`MPI_Comm_spawn` is not wired in), and shm or
-    /// tcp jobs whose trusted party is not `vmmc-run` (a job of one, or an MPI launcher's).
+    /// nobody can start a process: sim, and shm or tcp jobs whose trusted party is not
+    /// `vmmc-run` (a job of one, or an MPI launcher's). The mpi transport spawns with
+    /// `MPI_Comm_spawn` (see its crate docs for the data paths a spawned process gets).
     pub fn spawn(&self, host: &str, program: &str, args: &[String]) -> Result<ProcId> {
         if host.is_empty() || program.is_empty() {
             return Err(Error::InvalidArgument("spawn needs a host and a program"));

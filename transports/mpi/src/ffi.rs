@@ -212,18 +212,26 @@ impl Win {
 
     /// `MPI_Win_create_dynamic` (collective): memory is attached later, rank by rank.
     pub fn dynamic() -> Result<Win> {
+        Win::dynamic_on(&Comm::world())
+    }
+
+    /// `MPI_Win_create_dynamic` over `comm` (collective).
+    pub fn dynamic_on(comm: &Comm) -> Result<Win> {
         // SAFETY: a null handle, overwritten by the call.
         let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
         // SAFETY: MPI is initialised; `w` receives the window.
-        let rc = unsafe {
-            sys::MPI_Win_create_dynamic(sys::RSMPI_INFO_NULL, sys::RSMPI_COMM_WORLD, &mut w)
-        };
+        let rc = unsafe { sys::MPI_Win_create_dynamic(sys::RSMPI_INFO_NULL, comm.0, &mut w) };
         check(rc, "MPI_Win_create_dynamic")?;
         Win::epoch(w, std::ptr::null_mut())
     }
 
     /// `MPI_Win_allocate` of `len` bytes per rank (collective).
     pub fn allocate(len: usize) -> Result<Win> {
+        Win::allocate_on(len, &Comm::world())
+    }
+
+    /// `MPI_Win_allocate` of `len` bytes per rank of `comm` (collective).
+    pub fn allocate_on(len: usize, comm: &Comm) -> Result<Win> {
         // SAFETY: a null handle, overwritten by the call.
         let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
         let mut base: *mut u8 = std::ptr::null_mut();
@@ -234,7 +242,7 @@ impl Win {
                 len as sys::MPI_Aint,
                 1,
                 sys::RSMPI_INFO_NULL,
-                sys::RSMPI_COMM_WORLD,
+                comm.0,
                 (&mut base as *mut *mut u8).cast::<c_void>(),
                 &mut w,
             )
@@ -254,6 +262,56 @@ impl Win {
         unsafe {
             sys::MPI_Win_unlock_all(w);
             sys::MPI_Win_free(&mut w);
+        }
+    }
+
+    /// `MPI_Win_allocate_shared` of `len` bytes per rank of `MPI_COMM_WORLD` (collective;
+    /// every rank on one node): every rank can address every rank's part directly
+    /// ([`Win::shared_base`]).
+    pub fn allocate_shared(len: usize) -> Result<Win> {
+        // SAFETY: a null handle, overwritten by the call.
+        let mut w: sys::MPI_Win = unsafe { sys::RSMPI_WIN_NULL };
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: MPI is initialised; `base` receives the address of this rank's part (the C
+        // signature takes it as `void *`), `w` the window.
+        let rc = unsafe {
+            sys::MPI_Win_allocate_shared(
+                len as sys::MPI_Aint,
+                1,
+                sys::RSMPI_INFO_NULL,
+                sys::RSMPI_COMM_WORLD,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+                &mut w,
+            )
+        };
+        check(rc, "MPI_Win_allocate_shared")?;
+        Win::epoch(w, base)
+    }
+
+    /// Where `rank`'s part of a window made by [`Win::allocate_shared`] lies in this
+    /// process (`MPI_Win_shared_query`).
+    pub fn shared_base(&self, rank: usize) -> Result<*mut u8> {
+        let (mut size, mut unit): (sys::MPI_Aint, c_int) = (0, 0);
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: a shared window; the out-pointers are live.
+        let rc = unsafe {
+            sys::MPI_Win_shared_query(
+                self.w,
+                rank as c_int,
+                &mut size,
+                &mut unit,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+            )
+        };
+        check(rc, "MPI_Win_shared_query")?;
+        Ok(base)
+    }
+
+    /// A second handle to the same window (to free it at exit through one of them only).
+    pub fn alias(&self) -> Win {
+        Win {
+            w: self.w,
+            base: self.base,
         }
     }
 
@@ -329,4 +387,160 @@ impl Win {
         let rc = unsafe { sys::MPI_Win_flush(rank as c_int, self.w) };
         check(rc, "MPI_Win_flush")
     }
+}
+
+/// A communicator other than `MPI_COMM_WORLD`: the intercommunicator between a spawner and
+/// the process it spawned, or their merged intracommunicator. Kept until the process exits,
+/// when the merged one is freed ([`Comm::free`]) and the intercommunicator disconnected
+/// ([`Comm::disconnect`]).
+pub struct Comm(sys::MPI_Comm);
+
+// SAFETY: a communicator handle may be used from any thread under MPI_THREAD_MULTIPLE,
+// which `init` insists on.
+unsafe impl Send for Comm {}
+// SAFETY: as above.
+unsafe impl Sync for Comm {}
+
+impl Comm {
+    fn world() -> Comm {
+        // SAFETY: reading an extern constant handle of the MPI library.
+        Comm(unsafe { sys::RSMPI_COMM_WORLD })
+    }
+
+    /// The intercommunicator to the process that spawned this one (`MPI_Comm_get_parent`),
+    /// if one did.
+    pub fn parent() -> Result<Option<Comm>> {
+        let mut c = unsafe_comm_null();
+        // SAFETY: MPI is initialised; `c` receives the handle.
+        let rc = unsafe { sys::MPI_Comm_get_parent(&mut c) };
+        check(rc, "MPI_Comm_get_parent")?;
+        Ok((c != unsafe_comm_null()).then_some(Comm(c)))
+    }
+
+    /// `MPI_Comm_spawn` of one process running `program args` on `host` (info key "host"),
+    /// by this process alone (`MPI_COMM_SELF`): the intercommunicator to it. MPI's error,
+    /// if any, comes back as text (the spawn is then failed, not the job aborted).
+    pub fn spawn(program: &str, args: &[String], host: &str) -> std::result::Result<Comm, String> {
+        use std::ffi::CString;
+        let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
+        let prog = cstr(program)?;
+        let args = args
+            .iter()
+            .map(|a| cstr(a))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut argv: Vec<*mut std::ffi::c_char> =
+            args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+        argv.push(std::ptr::null_mut());
+        let (key, value) = (cstr("host")?, cstr(host)?);
+        let mut info = std::mem::MaybeUninit::<sys::MPI_Info>::uninit();
+        // SAFETY: MPI is initialised; `info` receives a new info object, freed below.
+        let rc = unsafe { sys::MPI_Info_create(info.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(format!("MPI_Info_create failed with MPI error {rc}"));
+        }
+        // SAFETY: initialised by the successful call above.
+        let mut info = unsafe { info.assume_init() };
+        let mut inter = unsafe_comm_null();
+        let mut code: c_int = 0;
+        // SAFETY: `info` is live; key and value are NUL-terminated; `argv` is a
+        // NULL-terminated array of NUL-terminated strings that outlive the call (MPI copies
+        // them); `inter` and `code` receive one handle and one error code (maxprocs 1).
+        // Errors on MPI_COMM_SELF are returned, not fatal.
+        let rc = unsafe {
+            sys::MPI_Info_set(info, key.as_ptr(), value.as_ptr());
+            sys::MPI_Comm_set_errhandler(sys::RSMPI_COMM_SELF, sys::RSMPI_ERRORS_RETURN);
+            let rc = sys::MPI_Comm_spawn(
+                prog.as_ptr(),
+                argv.as_mut_ptr(),
+                1,
+                info,
+                0,
+                sys::RSMPI_COMM_SELF,
+                &mut inter,
+                &mut code,
+            );
+            sys::MPI_Info_free(&mut info);
+            rc
+        };
+        if rc != 0 || code != 0 {
+            return Err(format!(
+                "MPI_Comm_spawn of {program:?} on {host:?} failed: {}",
+                error_string(if rc != 0 { rc } else { code })
+            ));
+        }
+        Ok(Comm(inter))
+    }
+
+    /// `MPI_Intercomm_merge` (collective over both groups): the spawner passes
+    /// `high = false` and so is rank 0 of the result, the spawned process rank 1.
+    pub fn merge(&self, high: bool) -> Result<Comm> {
+        let mut c = unsafe_comm_null();
+        // SAFETY: `self` is an intercommunicator; `c` receives the new communicator.
+        let rc = unsafe { sys::MPI_Intercomm_merge(self.0, high as c_int, &mut c) };
+        check(rc, "MPI_Intercomm_merge")?;
+        Ok(Comm(c))
+    }
+
+    /// `MPI_Comm_free` (local): the communicator is gone once nothing is pending on it.
+    pub fn free(mut self) -> Result<()> {
+        // SAFETY: a communicator of ours, consumed: no later use of the handle.
+        check(unsafe { sys::MPI_Comm_free(&mut self.0) }, "MPI_Comm_free")
+    }
+
+    /// `MPI_Comm_disconnect` of an intercommunicator, collective over both of its groups:
+    /// returns when the communication on it is complete on both sides and the two
+    /// processes are no longer connected, so each may finalise without the other.
+    pub fn disconnect(mut self) -> Result<()> {
+        // SAFETY: a communicator of ours, consumed: no later use of the handle.
+        check(
+            unsafe { sys::MPI_Comm_disconnect(&mut self.0) },
+            "MPI_Comm_disconnect",
+        )
+    }
+
+    /// Sends `data` to `rank` (of the remote group, for an intercommunicator).
+    pub fn send(&self, data: &[u8], rank: usize) -> Result<()> {
+        // SAFETY: `data` is valid for reads during the blocking call.
+        let rc = unsafe {
+            sys::MPI_Send(
+                data.as_ptr().cast::<c_void>(),
+                count(data.len())?,
+                sys::RSMPI_UINT8_T,
+                rank as c_int,
+                0,
+                self.0,
+            )
+        };
+        check(rc, "MPI_Send")
+    }
+
+    /// Receives exactly `out.len()` bytes from `rank` (what [`Comm::send`] sent).
+    pub fn recv(&self, out: &mut [u8], rank: usize) -> Result<()> {
+        // SAFETY: `out` is valid for writes during the blocking call.
+        let rc = unsafe {
+            sys::MPI_Recv(
+                out.as_mut_ptr().cast::<c_void>(),
+                count(out.len())?,
+                sys::RSMPI_UINT8_T,
+                rank as c_int,
+                0,
+                self.0,
+                sys::RSMPI_STATUS_IGNORE,
+            )
+        };
+        check(rc, "MPI_Recv")
+    }
+}
+
+/// MPI's text for an error code.
+fn error_string(code: c_int) -> String {
+    let mut buf = vec![0u8; sys::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING bytes as the call requires.
+    let rc = unsafe { sys::MPI_Error_string(code, buf.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return format!("MPI error {code}");
+    }
+    buf.truncate((len.max(0) as usize).min(buf.len()));
+    String::from_utf8_lossy(&buf).into_owned()
 }

@@ -19,10 +19,15 @@
 //! - **notification**: after the flush, a message on the pair's control connection names the
 //!   export, the offset and the value of the last word; the receiver's progress engine checks
 //!   it against its exports (key, permission, bounds) and turns it into the core's
-//!   notification. The same message, without the flag, rings the receiver's doorbell when
-//!   somebody sleeps there: the doorbell (`vmmc::wait::Bell`) lives in a small window of its
-//!   own, allocated with `MPI_Win_allocate`, and a sender reads its sleeper count with one
-//!   `MPI_Get` after its data (on one host that get is a load from shared memory).
+//!   notification. Without a notification, a sender wakes a receiver that sleeps waiting
+//!   for data (`vmmc::wait`) by ringing its doorbell (`vmmc::wait::Bell`), which lives in a
+//!   small window of its own. When the whole job shares one node that window is made with
+//!   `MPI_Win_allocate_shared`, every rank's doorbell is mapped in every rank, and a sender
+//!   rings it itself after its data, as the shm transport's writers do: a fence and a load of
+//!   the sleeper count, and a futex wake only if somebody sleeps ([`RmaStats::rings`]).
+//!   Across nodes the window is `MPI_Win_allocate`d, the sender reads the sleeper count with
+//!   one `MPI_Get` after its data, and a sleeping receiver is rung by the same message as a
+//!   notification, without the flag.
 //! - **automatic update** is the core's emulation (combined stores sent as deliberate
 //!   updates); redirectable buffers (seed 004's transfer redirection) are written through
 //!   the control connection, since their data must be placed by the receiver; when a sender
@@ -39,6 +44,45 @@
 //! notifications above and tell a rank that a peer died (`PeerLost`) — something Open MPI
 //! itself does not report (it aborts the job, unless run with `--enable-recovery`), and its
 //! blocking receives spin, which the idle job must not.
+//!
+//! ## Spawning (`vmmc_Spawn`, seed 004)
+//! A process grows the job with `MPI_Comm_spawn`, by itself (over `MPI_COMM_SELF`), of one
+//! process on the named host (info key "host"; a loopback address, which names this host in
+//! a job on one host, becomes this host's name): the MPI launcher starts it. Rank 0's
+//! rendezvous only reserves its rank in the job ([`vmmc_tcp::server::Rendezvous::set_spawn_by_requester`]);
+//! the spawner sends it that rank, its parent's identity and the rendezvous's address over
+//! their intercommunicator, the two merge it (`MPI_Intercomm_merge`) and allocate a window
+//! over the result, and the new process joins the control plane as the tcp transport's
+//! spawned processes do: it gets a new squid, every process connects to it, and it
+//! exports, imports, writes, notifies and is lost like any rank. Its `MPI_COMM_WORLD` holds it
+//! alone, so its data paths are:
+//!
+//! | from → to | path |
+//! |---|---|
+//! | spawner → spawned, into its pool buffers | `MPI_Put` + flush, `MPI_Get`, in the pair's window |
+//! | spawned → anybody, anybody else → spawned, spawner → other memory of the spawned | the control plane's TCP connection (the tcp transport's data path) |
+//!
+//! The spawned process's part of the pair's window holds its doorbell and its pool (from
+//! which its endpoint's allocations come, `VMMC_MPI_POOL` bytes). Nothing of the spawner's
+//! lies in a window the spawned process shares: its buffers are in its own job's windows, and
+//! Open MPI 4.1 refuses a dynamic window over a communicator that spans two jobs
+//! (`MPI_Win_create_dynamic` fails with `MPI_ERR_WIN`, measured, also from C), which is what
+//! exposing them would take. [`RmaStats::fallback_writes`] counts the deliberate updates that
+//! took the TCP path for that reason; remote read over it is refused
+//! ([`Error::Unsupported`]): the transport announces native remote read, which it has only
+//! through a window.
+//!
+//! Open MPI 4.1's `MPI_Comm_spawn` is fragile, and the transport works around what it can:
+//! after one failed spawn every later one ends the job, and a program its daemon cannot
+//! start ends it too, so a host name that does not resolve and a program missing on this
+//! host are refused before MPI is asked (a resolvable host outside mpirun's allocation still
+//! fails the spawn, and then the job). At exit a spawner and its spawned process free their
+//! window and merged communicator and then both disconnect their intercommunicator
+//! (`MPI_Comm_disconnect`) before `MPI_Finalize`: without that, Open MPI 4.1 lets the
+//! spawned process finalise and exit while its spawner's TCP BTL still writes to it, and the
+//! spawner's `MPI_Finalize` then never returns (see `Connection`). MPICH 4.0 here cannot
+//! spawn at all (its `MPI_Comm_spawn` fails inside Hydra, also from C): the spawn then fails
+//! with MPI's error.
 //!
 //! ## `MPI_Win_allocate` or `MPI_Win_create_dynamic`
 //! Measured here (Open MPI 4.1.4, 2 ranks on one host, `osu_put_latency`'s loop of
@@ -58,8 +102,9 @@
 //! buffer). So both: a pool allocated once at start, from which the endpoint's allocations
 //! come (the core asks the transport first, `Transport::alloc`), and the dynamic window for
 //! the rest. `bench-mpi` shows what it gives: a deliberate update into pool memory costs
-//! about what `MPI_Put` + flush into an allocated window costs (a few times more for 8 B:
-//! two put-flush pairs and the doorbell read, against one pair), and 1 MiB runs at the
+//! about what `MPI_Put` + flush into an allocated window costs (2.3-2.6 times for 8 B,
+//! measured on one host with the doorbell mapped: two put-flush pairs against one; 3.2-3.6
+//! times with the doorbell read by `MPI_Get` as before), and 1 MiB runs at the
 //! allocated window's speed. The doorbell is in a small allocated window too. Across hosts
 //! both flavours take the network's RMA path and the difference shrinks.
 //!
@@ -121,9 +166,13 @@ struct Windows {
     data: Option<ffi::Win>,
     /// Receive buffers allocated through the endpoint come from here (see the crate docs).
     pool: Option<Arc<Pool>>,
-    bells: ffi::Win,
+    /// `None` in a spawned process, whose doorbell is in its spawner's window (see [`Pair`]).
+    bells: Option<ffi::Win>,
     /// By rank: the displacement of its doorbell (whose first word counts its sleepers).
     bell_at: Vec<u64>,
+    /// By rank, when the whole job shares one node's memory: its doorbell, mapped here
+    /// (the bells window is then `MPI_Win_allocate_shared`), which a writer rings itself.
+    bell_here: Vec<usize>,
 }
 
 static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
@@ -131,8 +180,38 @@ static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
 /// retries its shared-memory writes to the dead process), so the process leaves without it.
 static CRASHED: AtomicBool = AtomicBool::new(false);
 
+/// A spawner's or a spawned process's connection to the other (see [`Pair`]), ended at exit
+/// in the order made (a spawned process's link to its spawner first, then its links to the
+/// processes it spawned, in order: no two processes wait for each other): the pair's window
+/// freed (collective), the merged communicator freed (local), then the intercommunicator
+/// disconnected (collective, on both sides). MPI makes `MPI_Finalize` collective over all
+/// connected processes; Open MPI 4.1's only waits for the process's own job (a PMIx fence,
+/// which it relies on because an MPI barrier does not prove that a BTL has sent what it
+/// buffered). Without the disconnect a spawned process could finalise and exit while its
+/// spawner's TCP BTL still had a fragment for it: `writev failed: Broken pipe`, and the
+/// spawner's `MPI_Finalize` spun for ever in libevent's `event_base_free` (gdb). A C program
+/// doing what the transport did (`tests/c/spawn_exit.c`) hung so in 6 of 40 runs on a
+/// loaded machine, 0 of 40 with the disconnect; disconnecting on one side only fails, and
+/// disconnecting the merged communicator too hangs (every run tried).
+struct Connection {
+    win: ffi::Win,
+    merged: ffi::Comm,
+    inter: ffi::Comm,
+}
+
+static CONNECTED: Mutex<Vec<Connection>> = Mutex::new(Vec::new());
+
 extern "C" fn finalize_at_exit() {
     if !CRASHED.load(Ordering::SeqCst) {
+        for c in lock(&CONNECTED).drain(..) {
+            // SAFETY: the process is exiting: no endpoint uses the pair's window any more.
+            unsafe { c.win.free() };
+            // Disconnecting waits for what is pending on the communicator: nothing may be
+            // left on the merged one (its window is freed above, so it can be).
+            let _ = c.merged.free();
+            let _ = c.inter.disconnect();
+        }
+        let _ = ffi::barrier();
         // Under MPICH the windows are freed first (its UCX layer asserts at finalize on
         // memory still registered), in the order every rank made them (collective calls).
         // The doorbell's window goes too: the process's bell returns to a local one first.
@@ -149,7 +228,9 @@ extern "C" fn finalize_at_exit() {
                 if let Some(p) = &w.pool {
                     p.win.free();
                 }
-                w.bells.free();
+                if let Some(b) = &w.bells {
+                    b.free();
+                }
             }
         }
         ffi::finalize();
@@ -157,7 +238,7 @@ extern "C" fn finalize_at_exit() {
 }
 
 impl Windows {
-    fn get(size: usize, initialised_mpi: bool) -> Result<Arc<Windows>> {
+    fn get(size: usize, all_local: bool, initialised_mpi: bool) -> Result<Arc<Windows>> {
         let mut g = lock(&WINDOWS);
         if let Some(w) = &*g {
             return Ok(w.clone());
@@ -167,12 +248,7 @@ impl Windows {
         } else {
             None
         };
-        let pool_len = match std::env::var("VMMC_MPI_POOL") {
-            Err(_) => POOL_DEFAULT,
-            Ok(v) => v.trim().parse::<usize>().map_err(|_| {
-                Error::Bootstrap(format!("VMMC_MPI_POOL={v:?} is not a number of bytes"))
-            })?,
-        };
+        let pool_len = pool_len()?;
         let pool = if size > 1 && pool_len > 0 {
             let win = ffi::Win::allocate(pool_len)?;
             Some(Arc::new(Pool {
@@ -184,22 +260,20 @@ impl Windows {
         } else {
             None
         };
-        let bells = ffi::Win::allocate(BELL_WINDOW)?;
-        let align = std::mem::align_of::<vmmc::wait::Bell>();
-        let skew = (bells.base() as usize).wrapping_neg() % align;
-        if bells.base().is_null() || skew + std::mem::size_of::<vmmc::wait::Bell>() > BELL_WINDOW {
-            return Err(Error::Bootstrap(
-                "MPI_Win_allocate gave no memory for the doorbell".into(),
-            ));
-        }
+        let shared = all_local && size > 1;
+        let bells = if shared {
+            ffi::Win::allocate_shared(BELL_WINDOW)?
+        } else {
+            ffi::Win::allocate(BELL_WINDOW)?
+        };
+        let skew = install_bell(&bells)?;
+        // Also the point from which every rank's doorbell is made and installed.
         let bell_at = ffi::allgather(skew as u64)?;
-        // SAFETY: in the window's memory (checked above).
-        let bell = unsafe { bells.base().add(skew) }.cast::<vmmc::wait::Bell>();
-        // SAFETY: the window's memory is ours, aligned and large enough; the window is never
-        // freed (it lives in WINDOWS until the process exits), as `install_bell` requires.
-        unsafe {
-            bell.write(vmmc::wait::Bell::new());
-            vmmc::wait::install_bell(bell);
+        let mut bell_here = Vec::new();
+        if shared {
+            for (r, at) in bell_at.iter().enumerate() {
+                bell_here.push(bells.shared_base(r)? as usize + *at as usize);
+            }
         }
         if initialised_mpi {
             // SAFETY: registering a plain function without arguments.
@@ -208,12 +282,63 @@ impl Windows {
         let w = Arc::new(Windows {
             data,
             pool,
-            bells,
+            bells: Some(bells),
             bell_at,
+            bell_here,
         });
         *g = Some(w.clone());
         Ok(w)
     }
+
+    /// A spawned process's windows (made by [`Pair::allocate`]), kept as the process's.
+    fn set(w: Windows, initialised_mpi: bool) -> Result<Arc<Windows>> {
+        let mut g = lock(&WINDOWS);
+        if g.is_some() {
+            return Err(Error::Bootstrap(
+                "a spawned process joins its job once".into(),
+            ));
+        }
+        if initialised_mpi {
+            // SAFETY: registering a plain function without arguments.
+            unsafe { libc::atexit(finalize_at_exit) };
+        }
+        let w = Arc::new(w);
+        *g = Some(w.clone());
+        Ok(w)
+    }
+}
+
+/// The pool's size: `VMMC_MPI_POOL` bytes, else [`POOL_DEFAULT`].
+fn pool_len() -> Result<usize> {
+    match std::env::var("VMMC_MPI_POOL") {
+        Err(_) => Ok(POOL_DEFAULT),
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| Error::Bootstrap(format!("VMMC_MPI_POOL={v:?} is not a number of bytes"))),
+    }
+}
+
+/// Makes the process's doorbell in `win`'s memory (this rank's part) and installs it;
+/// returns its displacement there.
+fn install_bell(win: &ffi::Win) -> Result<usize> {
+    let align = std::mem::align_of::<vmmc::wait::Bell>();
+    let skew = (win.base() as usize).wrapping_neg() % align;
+    if win.base().is_null() || skew + std::mem::size_of::<vmmc::wait::Bell>() > BELL_WINDOW {
+        return Err(Error::Bootstrap(
+            "MPI_Win_allocate gave no memory for the doorbell".into(),
+        ));
+    }
+    // SAFETY: in the window's memory (checked above).
+    let bell = unsafe { win.base().add(skew) }.cast::<vmmc::wait::Bell>();
+    // SAFETY: the window's memory is ours, aligned and large enough; the window is never
+    // freed while the process runs (it lives in WINDOWS until the process exits, and the bell
+    // is uninstalled first), as `install_bell` requires.
+    unsafe {
+        bell.write(vmmc::wait::Bell::new());
+        vmmc::wait::install_bell(bell);
+    }
+    Ok(skew)
 }
 
 /// Memory of an allocated window handed out as receive buffers: first fit, page-rounded.
@@ -293,9 +418,15 @@ struct Rma {
     /// This process's exports by key: base address and length (for reads of its own
     /// buffers, which need no MPI).
     local: Mutex<HashMap<u64, (usize, usize)>>,
+    /// The windows shared with processes spawned by this one, or with this process's
+    /// spawner (see [`Pair`]).
+    pairs: Mutex<Vec<Arc<Pair>>>,
     puts: AtomicU64,
     bytes_put: AtomicU64,
     gets: AtomicU64,
+    fallback_writes: AtomicU64,
+    fallback_bytes: AtomicU64,
+    rings: AtomicU64,
 }
 
 /// What went through MPI's one-sided operations (the control plane's traffic is
@@ -308,6 +439,14 @@ pub struct RmaStats {
     pub bytes_put: u64,
     /// Remote reads by `MPI_Get`.
     pub gets: u64,
+    /// Deliberate updates sent on the control plane's TCP connection because the two
+    /// processes share no window (a spawned process and a rank other than its spawner).
+    pub fallback_writes: u64,
+    /// Their bytes.
+    pub fallback_bytes: u64,
+    /// Receivers woken by ringing their doorbell from here (mapped here when the whole job
+    /// shares one node), without a message.
+    pub rings: u64,
 }
 
 impl Rma {
@@ -321,26 +460,231 @@ impl Rma {
         Ok(())
     }
 
+    /// Rings `rank`'s doorbell from here when it is mapped here (the job on one node): a
+    /// fence, a load of its sleeper count, and a futex wake only if somebody sleeps — what
+    /// the shm transport's writers do. `false` when it is not mapped.
+    #[inline]
+    fn ring_here(&self, rank: usize) -> bool {
+        let Some(&at) = self.win.bell_here.get(rank) else {
+            return false;
+        };
+        // SAFETY: `rank`'s doorbell, made and installed before the allgather that gave its
+        // place, in a shared window that stays mapped until the process exits (MPICH frees
+        // it at exit, after the transport finished).
+        let bell = unsafe { &*(at as *const vmmc::wait::Bell) };
+        // After our data, before the load: pairs with the sleeper's count increment, made
+        // before it looks at the data a last time (`vmmc::wait`).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if bell.sleepers() != 0 {
+            bell.ring_ordered();
+            self.rings.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// Whether a thread of `rank` sleeps on its doorbell (read after our data is visible).
     fn sleeping(&self, rank: usize) -> Result<bool> {
+        let (Some(bells), Some(at)) = (&self.win.bells, self.win.bell_at.get(rank)) else {
+            return Ok(true);
+        };
         let mut w = [0u8; 4];
-        self.win
-            .bells
-            .get(&mut w, rank, self.win.bell_at[rank] as i64)?;
+        bells.get(&mut w, rank, *at as i64)?;
         Ok(u32::from_ne_bytes(w) != 0)
     }
+}
+
+/// The window of a spawner and a process it spawned (`MPI_Comm_spawn`): the two share no
+/// window of `MPI_COMM_WORLD`, so they allocate one over their merged communicator
+/// (`MPI_Intercomm_merge`, the spawner rank 0, the spawned process rank 1). The spawned
+/// process's part holds its doorbell and then its pool, from which its endpoint's
+/// allocations come: the spawner puts into the spawned process's pool buffers and reads its
+/// sleeper count there. Nothing goes the other way: Open MPI 4.1 refuses a dynamic window
+/// over a communicator that spans two jobs (`MPI_Win_create_dynamic` fails with
+/// `MPI_ERR_WIN`, measured), and the spawner's buffers lie in its job's windows, so the
+/// spawned process writes to its spawner (and to every other process) on the control
+/// plane's TCP connection.
+struct Pair {
+    /// The spawned process's rank in the job.
+    rank: usize,
+    win: ffi::Win,
+    /// Where its doorbell lies in its part of the window.
+    bell: u64,
+}
+
+/// The MPI rank of the spawned process in a [`Pair`]'s communicator.
+const SPAWNED: usize = 1;
+
+impl Pair {
+    /// Allocates the pair's window over `comm` (collective with the spawned process, which
+    /// calls [`Pair::allocate`]) and learns where the spawned process's doorbell is.
+    fn make(rank: usize, inter: ffi::Comm, comm: ffi::Comm) -> Result<Pair> {
+        let win = ffi::Win::allocate_on(WORD_SIZE, &comm)?;
+        let mut b = [0u8; 8];
+        comm.recv(&mut b, SPAWNED)?;
+        lock(&CONNECTED).push(Connection {
+            win: win.alias(),
+            merged: comm,
+            inter,
+        });
+        Ok(Pair {
+            rank,
+            win,
+            bell: u64::from_ne_bytes(b),
+        })
+    }
+
+    /// The spawned process's side: its part of the window (doorbell, then a pool of
+    /// `pool_len` bytes); installs the doorbell and tells the spawner where it is.
+    fn allocate(inter: ffi::Comm, comm: ffi::Comm, pool_len: usize) -> Result<Windows> {
+        let win = ffi::Win::allocate_on(BELL_WINDOW + pool_len, &comm)?;
+        let skew = install_bell(&win)?;
+        comm.send(&(skew as u64).to_ne_bytes(), 0)?;
+        lock(&CONNECTED).push(Connection {
+            win: win.alias(),
+            merged: comm,
+            inter,
+        });
+        let base = win.base() as usize + BELL_WINDOW;
+        Ok(Windows {
+            data: None,
+            pool: (pool_len > 0).then(|| {
+                Arc::new(Pool {
+                    base,
+                    len: pool_len,
+                    free: Mutex::new(vec![(0, pool_len)]),
+                    win,
+                })
+            }),
+            bells: None,
+            bell_at: Vec::new(),
+            bell_here: Vec::new(),
+        })
+    }
+
+    /// Whether a thread of the spawned process sleeps on its doorbell.
+    fn sleeping(&self) -> Result<bool> {
+        let mut w = [0u8; 4];
+        self.win.get(&mut w, SPAWNED, self.bell as i64)?;
+        Ok(u32::from_ne_bytes(w) != 0)
+    }
+}
+
+/// What a spawner tells the process it spawned over their intercommunicator (its
+/// environment is the MPI launcher's, not ours).
+struct Order {
+    rank: usize,
+    parent: ProcId,
+    parent_rank: usize,
+    rendezvous: String,
+    job: String,
+}
+
+/// Size of an encoded [`Order`] on the wire.
+const ORDER_LEN: usize = 1024;
+
+impl Order {
+    fn encode(&self) -> Result<Vec<u8>> {
+        let t = format!(
+            "{}\n{}\n{}\n{}\n{}\n{}\n",
+            self.rank,
+            self.parent.node,
+            self.parent.squid,
+            self.parent_rank,
+            self.rendezvous,
+            self.job
+        );
+        if t.len() > ORDER_LEN {
+            return Err(Error::InvalidArgument(
+                "the job's name is too long to spawn",
+            ));
+        }
+        let mut b = t.into_bytes();
+        b.resize(ORDER_LEN, 0);
+        Ok(b)
+    }
+
+    fn decode(b: &[u8]) -> Result<Order> {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        let t = String::from_utf8_lossy(&b[..end]).into_owned();
+        let f: Vec<&str> = t.split('\n').collect();
+        let bad = || Error::Bootstrap(format!("a malformed spawn order from the spawner: {t:?}"));
+        if f.len() < 6 {
+            return Err(bad());
+        }
+        let n = |i: usize| f[i].parse::<u64>().map_err(|_| bad());
+        Ok(Order {
+            rank: n(0)? as usize,
+            parent: ProcId {
+                node: n(1)? as u32,
+                squid: n(2)? as u32,
+            },
+            parent_rank: n(3)? as usize,
+            rendezvous: f[4].to_string(),
+            job: f[5].to_string(),
+        })
+    }
+}
+
+/// The name MPI knows this host by when a spawn names it by a loopback address (a job on one
+/// host lists its node as 127.0.0.1).
+fn mpi_host(host: &str) -> String {
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback());
+    if loopback {
+        if let Some(h) = host_name() {
+            return h;
+        }
+    }
+    host.to_string()
+}
+
+fn host_name() -> Option<String> {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer.
+    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Some(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Whether `program` names an executable file here (as a path, or found on `PATH`).
+fn executable_here(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let ok = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return ok(std::path::Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| ok(&d.join(program))))
+}
+
+/// Which MPI library this is (`MPI_Get_library_version`, callable before MPI is
+/// initialised).
+pub fn library_version() -> String {
+    ffi::library_version()
 }
 
 /// The mpi transport of one process.
 pub struct MpiTransport {
     tcp: TcpTransport,
     rma: Arc<Rma>,
-    /// Exported buffers attached to the data window, by id: their base address.
     /// Exported buffers, by id: their base address and whether it is attached to the dynamic
     /// window (not in the pool).
     attached: Mutex<HashMap<BufId, (usize, bool)>>,
     generation: AtomicU64,
     finished: AtomicBool,
+    /// This process was spawned (`MPI_Comm_spawn`): its `MPI_COMM_WORLD` is itself alone and
+    /// it shares a window with its spawner only.
+    spawned: bool,
+    /// Where the trusted party listens (told to spawned processes).
+    rendezvous: String,
+    job_id: String,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -382,6 +726,9 @@ impl MpiTransport {
     /// The rank and size are MPI's; `env` gives the rendezvous address, if any.
     pub fn connect(env: &BootEnv) -> Result<MpiTransport> {
         let initialised_mpi = ffi::init()?;
+        if let Some(parent) = ffi::Comm::parent()? {
+            return Self::join_spawned(env, parent, initialised_mpi);
+        }
         let (rank, size) = ffi::world()?;
         if env.launcher != Launcher::Alone && (env.rank, env.size) != (rank, size) {
             return Err(Error::Bootstrap(format!(
@@ -399,6 +746,9 @@ impl MpiTransport {
                 vmmc_tcp::server::Rendezvous::start(&rendezvous_address(env, all_local)?, size);
             // Every rank waits in the broadcast: tell them of a failure too (empty address).
             if let Ok(rv) = &rv {
+                // A rank that spawns a process starts it itself (MPI_Comm_spawn connects
+                // the two): the rendezvous only reserves its rank.
+                rv.set_spawn_by_requester();
                 let a = rv.addr().to_string();
                 addr[..a.len()].copy_from_slice(a.as_bytes());
             }
@@ -418,28 +768,78 @@ impl MpiTransport {
             transport: "mpi".into(),
             rank,
             size,
-            rendezvous: Some(at),
+            rendezvous: Some(at.clone()),
             job: env.job.clone(),
             launcher: env.launcher,
         };
         let tcp = TcpTransport::connect_with(&tenv, hosted)?;
         tcp.set_revoke_waits(true);
-        let win = Windows::get(size, initialised_mpi)?;
+        let win = Windows::get(size, all_local, initialised_mpi)?;
         ffi::barrier()?;
-        Ok(MpiTransport {
+        Ok(Self::assemble(tcp, win, false, at, env.job.clone()))
+    }
+
+    fn assemble(
+        tcp: TcpTransport,
+        win: Arc<Windows>,
+        spawned: bool,
+        rendezvous: String,
+        job_id: String,
+    ) -> MpiTransport {
+        let size = tcp.job().size + vmmc_tcp::MAX_SPAWNED;
+        MpiTransport {
             tcp,
             rma: Arc::new(Rma {
                 win,
                 via_control: (0..size).map(|_| AtomicBool::new(false)).collect(),
                 local: Mutex::new(HashMap::new()),
+                pairs: Mutex::new(Vec::new()),
                 puts: AtomicU64::new(0),
                 bytes_put: AtomicU64::new(0),
                 gets: AtomicU64::new(0),
+                fallback_writes: AtomicU64::new(0),
+                fallback_bytes: AtomicU64::new(0),
+                rings: AtomicU64::new(0),
             }),
             attached: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             finished: AtomicBool::new(false),
-        })
+            spawned,
+            rendezvous,
+            job_id,
+        }
+    }
+
+    /// A process that `MPI_Comm_spawn` started for `vmmc_Spawn`: its spawner sends it its
+    /// rank in the job, its parent and the rendezvous over their intercommunicator, then the
+    /// two make their window; then it joins the control plane like the tcp transport's
+    /// spawned processes.
+    fn join_spawned(
+        env: &BootEnv,
+        parent: ffi::Comm,
+        initialised_mpi: bool,
+    ) -> Result<MpiTransport> {
+        let mut b = vec![0u8; ORDER_LEN];
+        parent.recv(&mut b, 0)?;
+        let order = Order::decode(&b)?;
+        let merged = parent.merge(true)?;
+        // Its own MPI_COMM_WORLD holds it alone: its windows are the one it shares with its
+        // spawner.
+        let win = Windows::set(
+            Pair::allocate(parent, merged, pool_len()?)?,
+            initialised_mpi,
+        )?;
+        let tenv = BootEnv {
+            transport: "mpi".into(),
+            rank: order.rank,
+            size: order.rank + 1,
+            rendezvous: Some(order.rendezvous.clone()),
+            job: order.job.clone(),
+            launcher: env.launcher,
+        };
+        let tcp = TcpTransport::connect_spawned(&tenv, order.parent)?;
+        tcp.set_revoke_waits(true);
+        Ok(Self::assemble(tcp, win, true, order.rendezvous, order.job))
     }
 
     /// This process's one-sided traffic so far.
@@ -449,6 +849,9 @@ impl MpiTransport {
             puts: g(&self.rma.puts),
             bytes_put: g(&self.rma.bytes_put),
             gets: g(&self.rma.gets),
+            fallback_writes: g(&self.rma.fallback_writes),
+            fallback_bytes: g(&self.rma.fallback_bytes),
+            rings: g(&self.rma.rings),
         }
     }
 
@@ -463,13 +866,45 @@ impl Transport for MpiTransport {
         "mpi"
     }
 
-    /// A new process would need `MPI_Comm_spawn` and windows over the merged communicator,
-    /// which this transport does not build: spawning is refused, saying so.
-    fn spawn(&self, _spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
-        Err(Error::Unsupported(
-            "vmmc_Spawn: the mpi transport cannot grow a job (MPI_Comm_spawn is not wired in); \
-             use the tcp or shm transport under vmmc-run",
-        ))
+    /// `MPI_Comm_spawn` by this process alone (see the crate docs): the rendezvous reserves
+    /// the rank, MPI starts the program on the host (info key "host"; a loopback address is
+    /// this host's name), the two merge their intercommunicator and make their window, and
+    /// the new process joins the control plane.
+    fn spawn(&self, spec: &vmmc::SpawnSpec<'_>) -> Result<ProcId> {
+        let host = mpi_host(spec.host);
+        // Open MPI 4.1 fails every later spawn of the job after one failed MPI_Comm_spawn
+        // (measured: an unknown host, then a good spawn, ends the job), and ends the whole
+        // job when its daemon cannot start the program: refuse first what can be checked.
+        use std::net::ToSocketAddrs;
+        if (host.as_str(), 0).to_socket_addrs().is_err() {
+            return Err(Error::SpawnFailed(format!("unknown host {:?}", spec.host)));
+        }
+        let here = host_name().is_some_and(|h| h == host);
+        if here && !executable_here(spec.program) {
+            return Err(Error::SpawnFailed(format!(
+                "cannot start {:?}: no such executable file",
+                spec.program
+            )));
+        }
+        let me = self.tcp.job().rank;
+        self.tcp.spawn_started_by(spec, &mut |order| {
+            let inter = ffi::Comm::spawn(&order.program, &order.args, &host)?;
+            let o = Order {
+                rank: order.rank,
+                parent: order.parent,
+                parent_rank: me,
+                rendezvous: self.rendezvous.clone(),
+                job: self.job_id.clone(),
+            };
+            let made = (|| {
+                inter.send(&o.encode()?, 0)?;
+                let merged = inter.merge(false)?;
+                let pair = Pair::make(order.rank, inter, merged)?;
+                lock(&self.rma.pairs).push(Arc::new(pair));
+                Ok::<(), Error>(())
+            })();
+            made.map_err(|e| format!("the spawned process did not set up its window: {e}"))
+        })
     }
 
     fn caps(&self) -> Caps {
@@ -562,11 +997,31 @@ impl Transport for MpiTransport {
             None => ImportPoll::Pending,
             Some(link) => {
                 let key = link.key();
+                let rank = link.owner();
+                let pooled = key & IN_POOL != 0;
+                let mut disp = (key & ADDR_MASK) as i64;
+                // A process this one spawned: its pool buffers are in their shared window.
+                let pair = lock(&self.rma.pairs)
+                    .iter()
+                    .find(|p| p.rank == rank)
+                    .filter(|_| pooled)
+                    .cloned();
+                if pair.is_some() {
+                    disp += BELL_WINDOW as i64;
+                }
+                let control = key & VIA_CONTROL != 0 || link.is_local();
+                // A window of MPI_COMM_WORLD reaches the job's first ranks from each other;
+                // a spawned process shares none with anybody (see [`Pair`]).
+                let shared = link.is_local()
+                    || pair.is_some()
+                    || (!self.spawned && rank < self.tcp.job().size);
                 ImportPoll::Ready(Box::new(RemoteMpi {
-                    rank: link.owner(),
-                    disp: (key & ADDR_MASK) as i64,
-                    via_control: key & VIA_CONTROL != 0 || link.is_local(),
-                    pooled: key & IN_POOL != 0,
+                    rank,
+                    disp,
+                    via_control: control || !shared,
+                    fallback: !shared,
+                    pooled,
+                    pair,
                     link,
                     rma: self.rma.clone(),
                 }))
@@ -646,22 +1101,31 @@ impl Drop for MpiTransport {
 pub struct RemoteMpi {
     link: RemoteTcp,
     rma: Arc<Rma>,
+    /// The exporter's rank in the job.
     rank: usize,
     disp: i64,
     via_control: bool,
+    /// The two processes share no window: written on the control connection.
+    fallback: bool,
     pooled: bool,
+    /// The window shared with the exporter when this process spawned it.
+    pair: Option<Arc<Pair>>,
 }
 
 impl RemoteMpi {
-    /// The window the buffer lies in.
+    /// The window the buffer lies in, and the exporter's rank there.
     #[inline]
-    fn window(&self) -> Result<&ffi::Win> {
+    fn window(&self) -> Result<(&ffi::Win, usize)> {
+        if let Some(p) = &self.pair {
+            return Ok((&p.win, SPAWNED));
+        }
         let w = if self.pooled {
             self.rma.win.pool.as_ref().map(|p| &p.win)
         } else {
             self.rma.win.data.as_ref()
         };
-        w.ok_or_else(|| Error::Protocol("no data window in a job of one".into()))
+        w.map(|w| (w, self.rank))
+            .ok_or_else(|| Error::Protocol("no data window in a job of one".into()))
     }
 }
 
@@ -673,35 +1137,41 @@ impl RemoteBuffer for RemoteMpi {
     #[inline]
     fn write(&self, offset: usize, data: &[u8], opts: WriteOpts) -> Result<()> {
         if self.via_control {
-            if !self.link.is_local() {
+            if self.fallback {
+                self.rma.fallback_writes.fetch_add(1, Ordering::Relaxed);
+                self.rma
+                    .fallback_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+            } else if !self.link.is_local() {
                 self.rma.via_control[self.rank].store(true, Ordering::Release);
             }
             return self.link.write(offset, data, opts);
         }
         self.rma.order_after_control(self.rank, &self.link)?;
-        let win = self.window()?;
+        let (win, target) = self.window()?;
         let n = data.len();
         let at = self.disp + offset as i64;
         let value = u32::from_ne_bytes(data[n - WORD_SIZE..].try_into().expect("a word"));
         {
             let _under_way = self.link.enter()?;
             if n > WORD_SIZE {
-                win.put(&data[..n - WORD_SIZE], self.rank, at)?;
-                win.flush(self.rank)?;
+                win.put(&data[..n - WORD_SIZE], target, at)?;
+                win.flush(target)?;
             }
-            win.put(
-                &data[n - WORD_SIZE..],
-                self.rank,
-                at + (n - WORD_SIZE) as i64,
-            )?;
-            win.flush(self.rank)?;
+            win.put(&data[n - WORD_SIZE..], target, at + (n - WORD_SIZE) as i64)?;
+            win.flush(target)?;
         }
         self.rma.puts.fetch_add(1, Ordering::Relaxed);
         self.rma.bytes_put.fetch_add(n as u64, Ordering::Relaxed);
         let last_at = offset + n - WORD_SIZE;
         if opts.notify && self.link.has_handler() {
             self.link.placed(last_at, value, true)
-        } else if self.rma.sleeping(self.rank)? {
+        } else if self.pair.is_none() && self.rma.ring_here(self.rank) {
+            Ok(())
+        } else if match &self.pair {
+            Some(p) => p.sleeping()?,
+            None => self.rma.sleeping(self.rank)?,
+        } {
             // The data is visible already: a peer that left meanwhile needs no wake-up, and
             // its loss is no failure of this write.
             let _ = self.link.placed(last_at, value, false);
@@ -735,9 +1205,15 @@ impl RemoteBuffer for RemoteMpi {
             };
             return Ok(());
         }
+        if self.fallback {
+            return Err(Error::Unsupported(
+                "remote read from a process that shares no MPI window with this one (a spawned \
+                 process and any other; deliberate updates go over TCP there)",
+            ));
+        }
         self.rma.gets.fetch_add(1, Ordering::Relaxed);
-        self.window()?
-            .get(out, self.rank, self.disp + offset as i64)
+        let (win, target) = self.window()?;
+        win.get(out, target, self.disp + offset as i64)
     }
 
     fn fence(&self) -> Result<()> {
@@ -751,5 +1227,43 @@ impl RemoteBuffer for RemoteMpi {
             return self.link.fence();
         }
         self.rma.order_after_control(self.rank, &self.link)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawn_order_round_trips() {
+        let o = Order {
+            rank: 7,
+            parent: ProcId { node: 1, squid: 3 },
+            parent_rank: 2,
+            rendezvous: "10.0.0.1:7470".into(),
+            job: "job-42".into(),
+        };
+        let b = o.encode().expect("fits");
+        assert_eq!(b.len(), ORDER_LEN);
+        let d = Order::decode(&b).expect("decodes");
+        assert_eq!((d.rank, d.parent, d.parent_rank), (7, o.parent, 2));
+        assert_eq!(
+            (d.rendezvous.as_str(), d.job.as_str()),
+            ("10.0.0.1:7470", "job-42")
+        );
+        assert!(Order::decode(b"7\n1\n").is_err());
+        let long = Order {
+            job: "x".repeat(ORDER_LEN),
+            ..o
+        };
+        assert!(long.encode().is_err());
+    }
+
+    #[test]
+    fn a_loopback_host_is_this_host_for_mpi() {
+        let here = host_name().expect("gethostname");
+        assert_eq!(mpi_host("127.0.0.1"), here);
+        assert_eq!(mpi_host("localhost"), here);
+        assert_eq!(mpi_host("node7"), "node7");
     }
 }

@@ -632,6 +632,20 @@ impl TcpTransport {
     /// transport's rank 0, which publishes its address by other means); the transport keeps
     /// it and leaves the job last, as a rank 0 that hosts it always does.
     pub fn connect_with(env: &BootEnv, hosted: Option<server::Rendezvous>) -> Result<TcpTransport> {
+        Self::join(env, hosted, vmmc::bootstrap::parent_from_env())
+    }
+
+    /// Joins the job as a process spawned by `parent` (an embedding transport's, which
+    /// learned its rank and spawner by other means than the environment).
+    pub fn connect_spawned(env: &BootEnv, parent: ProcId) -> Result<TcpTransport> {
+        Self::join(env, None, Some(parent))
+    }
+
+    fn join(
+        env: &BootEnv,
+        hosted: Option<server::Rendezvous>,
+        parent: Option<ProcId>,
+    ) -> Result<TcpTransport> {
         let by_launcher = std::env::var(RENDEZVOUS_BY).is_ok_and(|v| v == "launcher");
         let (addr, own) = match (&env.rendezvous, hosted) {
             (_, Some(rv)) => (rv.addr().to_string(), Some(rv)),
@@ -672,7 +686,6 @@ impl TcpTransport {
         .map_err(|e| Error::io("rendezvous hello", e))?;
         // A spawned process: its welcome also lists the spawned processes that joined before
         // it with higher ranks.
-        let parent = vmmc::bootstrap::parent_from_env();
         let (mut procs, hosts, addrs) = match Msg::recv(&rv)? {
             Some(Msg::Welcome {
                 procs,
@@ -1139,6 +1152,44 @@ impl TcpTransport {
         self.next_req.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// `vmmc_Spawn` where this process starts the new one itself (the rendezvous was told
+    /// so, [`server::Rendezvous::set_spawn_by_requester`]): the rendezvous reserves a rank,
+    /// `start` starts the process with that rank and this process as its parent, and the
+    /// new process's identity is returned once it joined. An `Err` from `start` fails the
+    /// spawn (the rank stays unused).
+    pub fn spawn_started_by(
+        &self,
+        spec: &vmmc::SpawnSpec<'_>,
+        start: &mut dyn FnMut(&server::SpawnOrder) -> std::result::Result<(), String>,
+    ) -> Result<ProcId> {
+        let req = self.req();
+        let m = Msg::Spawn {
+            req,
+            host: spec.host.to_string(),
+            program: spec.program.to_string(),
+            args: spec.args.to_vec(),
+        };
+        let mut reply = self.call(req, &m)?;
+        if let Msg::Start { rank, parent, .. } = reply {
+            let order = server::SpawnOrder {
+                rank: rank as usize,
+                host: spec.host.to_string(),
+                program: spec.program.to_string(),
+                args: spec.args.to_vec(),
+                parent,
+            };
+            if let Err(text) = start(&order) {
+                self.rv_send(&Msg::StartFailed { rank, text })?;
+            }
+            reply = self.wait_reply(req, true)?.expect("blocking");
+        }
+        match reply {
+            Msg::Spawned { proc, .. } => Ok(proc),
+            Msg::Err { code, text, .. } => Err(proto::error_from(code, text, 0)),
+            other => Err(Error::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+
     /// Test hook: the key and length of `owner`'s buffer `buf`, obtained through the trusted
     /// party like an import (so only a permitted importer learns it).
     #[doc(hidden)]
@@ -1256,7 +1307,7 @@ fn rendezvous_reader(sh: Arc<Shared>, s: TcpStream, replies: Arc<(Mutex<Replies>
             }
             Ok(Some(msg)) => {
                 let req = match &msg {
-                    Msg::Spawned { req, .. } => *req,
+                    Msg::Spawned { req, .. } | Msg::Start { req, .. } => *req,
                     Msg::Ok { req } | Msg::Err { req, .. } | Msg::ImportOk { req, .. } => *req,
                     _ => continue,
                 };

@@ -116,6 +116,26 @@ pub enum Msg {
         /// Its data listener.
         addr: String,
     },
+    /// Rendezvous -> spawner, when the processes of the job start their spawned processes
+    /// themselves (an MPI job: `MPI_Comm_spawn`, see [`crate::server::Rendezvous::set_spawn_by_requester`]):
+    /// start the process as rank `rank` with `parent` as its spawner; `Spawned` (or `Err`)
+    /// follows once it joined.
+    Start {
+        /// Request id of the `Spawn`.
+        req: u64,
+        /// The rank reserved for it.
+        rank: u32,
+        /// The spawner's identity (`vmmc_Parent` of the new process).
+        parent: ProcId,
+    },
+    /// Spawner -> rendezvous: the process of a `Start` could not be started (`text` says
+    /// why); the spawn fails.
+    StartFailed {
+        /// The rank reserved for it.
+        rank: u32,
+        /// Why.
+        text: String,
+    },
     /// Rank -> rendezvous: answered by `Ok` after everything the rendezvous sent this rank
     /// before (a process that learned a spawned process's identity from a peer catches up
     /// with the `Joined` that introduced it).
@@ -313,6 +333,17 @@ impl Msg {
                 w.proc(*proc);
                 w.str(addr);
             }
+            Msg::Start { req, rank, parent } => {
+                w.u8(15);
+                w.u64(*req);
+                w.u32(*rank);
+                w.proc(*parent);
+            }
+            Msg::StartFailed { rank, text } => {
+                w.u8(16);
+                w.u32(*rank);
+                w.str(text);
+            }
         }
         let n = (w.0.len() - 4) as u32;
         w.0[..4].copy_from_slice(&n.to_le_bytes());
@@ -404,6 +435,15 @@ impl Msg {
                 rank: r.u32()?,
                 proc: r.proc()?,
                 addr: r.str()?,
+            },
+            15 => Msg::Start {
+                req: r.u64()?,
+                rank: r.u32()?,
+                parent: r.proc()?,
+            },
+            16 => Msg::StartFailed {
+                rank: r.u32()?,
+                text: r.str()?,
             },
             t => return Err(Error::Protocol(format!("unknown rendezvous message {t}"))),
         };
@@ -575,6 +615,15 @@ mod tests {
                 addr: "10.0.0.1:7".into(),
             },
             Msg::Sync { req: 6 },
+            Msg::Start {
+                req: 9,
+                rank: 3,
+                parent: p,
+            },
+            Msg::StartFailed {
+                rank: 3,
+                text: "no".into(),
+            },
             Msg::Import {
                 req: 7,
                 owner: 8,

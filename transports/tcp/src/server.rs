@@ -86,6 +86,8 @@ struct Inner {
     state: Mutex<State>,
     stop: AtomicBool,
     spawner: Mutex<Option<Arc<Spawner>>>,
+    /// The process that asks starts the spawned one itself (`Start`).
+    by_requester: AtomicBool,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -120,6 +122,7 @@ impl Rendezvous {
             }),
             stop: AtomicBool::new(false),
             spawner: Mutex::new(None),
+            by_requester: AtomicBool::new(false),
         });
         let i = inner.clone();
         std::thread::Builder::new()
@@ -159,6 +162,13 @@ impl Rendezvous {
     /// is unsupported: nobody here can start a process).
     pub fn set_spawner(&self, f: Spawner) {
         *self.inner.spawner.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// Lets processes of the job spawn others, each starting the new process itself: the
+    /// rendezvous reserves the rank and answers `Start` (an MPI job, where the process that
+    /// calls `MPI_Comm_spawn` becomes connected to the new one).
+    pub fn set_spawn_by_requester(&self) {
+        self.inner.by_requester.store(true, Ordering::SeqCst);
     }
 
     /// The launcher saw the process of `rank` end (any status). A spawned process that ends
@@ -349,15 +359,16 @@ fn spawn(inner: &Inner, by: usize, req: u64, host: String, program: String, args
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    let by_requester = inner.by_requester.load(Ordering::SeqCst);
     let order = {
         let mut st = lock(&inner.state);
-        let Some(_) = &spawner else {
+        if spawner.is_none() && !by_requester {
             let e = Error::Unsupported(
                 "vmmc_Spawn: no launcher hosts this job's rendezvous (start the job with vmmc-run)",
             );
             reply(&st, by, &err(req, &e));
             return;
-        };
+        }
         let rank = st.count();
         if rank >= st.size + crate::MAX_SPAWNED {
             let e = Error::SpawnFailed(format!(
@@ -371,6 +382,15 @@ fn spawn(inner: &Inner, by: usize, req: u64, host: String, program: String, args
         st.gone.push(false);
         st.procs.push(NOBODY);
         st.pending.insert(rank, (by, req));
+        if by_requester {
+            let m = Msg::Start {
+                req,
+                rank: rank as u32,
+                parent: st.procs[by],
+            };
+            reply(&st, by, &m);
+            return;
+        }
         SpawnOrder {
             rank,
             host,
@@ -434,6 +454,20 @@ fn request(inner: &Inner, rank: usize, m: Msg) {
     {
         if lock(&inner.state).welcomed {
             spawn(inner, rank, req, host, program, args);
+        }
+        return;
+    }
+    if let Msg::StartFailed {
+        rank: spawned,
+        text,
+    } = m
+    {
+        let mut st = lock(&inner.state);
+        let spawned = spawned as usize;
+        if st.pending.get(&spawned).is_some_and(|&(by, _)| by == rank) {
+            let (by, req) = st.pending.remove(&spawned).expect("checked");
+            st.gone[spawned] = true;
+            reply(&st, by, &err(req, &Error::SpawnFailed(text)));
         }
         return;
     }
