@@ -501,8 +501,14 @@ impl Service {
         m: SlotMsg<'_>,
         wake: Wake,
     ) -> Result<()> {
-        let b = m.encode(self.lay.slot);
-        self.send(st, to, off, &b, wake)
+        // On the stack where it fits (a request is on the requester's path).
+        let slot = self.lay.slot;
+        if slot <= 256 {
+            let mut b = [0u8; 256];
+            m.encode_into(&mut b[..slot]);
+            return self.send(st, to, off, &b[..slot], wake);
+        }
+        self.send(st, to, off, &m.encode(slot), wake)
     }
 
     /// Posts a mailbox now: the payload, then its header slot.

@@ -153,14 +153,19 @@ pub(crate) struct SlotMsg<'a> {
 
 impl SlotMsg<'_> {
     pub fn encode(&self, slot: usize) -> Vec<u8> {
-        let mut b = Vec::with_capacity(slot);
-        let head = [self.seq, self.kind, self.id, self.arg, self.from, self.aux];
-        for w in head.iter().chain(self.vector) {
-            b.extend_from_slice(&w.to_ne_bytes());
-        }
-        b.resize(slot - 4, 0);
-        b.extend_from_slice(&self.seq.to_ne_bytes());
+        let mut b = vec![0; slot];
+        self.encode_into(&mut b);
         b
+    }
+
+    /// Writes the slot into `b` (a whole slot, zeroed).
+    pub fn encode_into(&self, b: &mut [u8]) {
+        let head = [self.seq, self.kind, self.id, self.arg, self.from, self.aux];
+        for (w, to) in head.iter().chain(self.vector).zip(b.chunks_exact_mut(4)) {
+            to.copy_from_slice(&w.to_ne_bytes());
+        }
+        let last = b.len() - 4;
+        b[last..].copy_from_slice(&self.seq.to_ne_bytes());
     }
 }
 
