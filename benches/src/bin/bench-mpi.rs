@@ -6,7 +6,8 @@
 //!   into a window of each flavour: `MPI_Win_create_dynamic` (where the transport's receive
 //!   buffers live) and `MPI_Win_allocate`.
 //! - **NX ping-pong** over the transport (csend/crecv) against `MPI_Send`/`MPI_Recv`
-//!   (two-sided), 8 B one-way (half the round trip) and 1 MiB bandwidth.
+//!   (two-sided), 8 B one-way (half the round trip) and 1 MiB bandwidth, with NX's
+//!   registration cache on (`NX_REGCACHE=0` turns it off), as MPI keeps its own.
 //!
 //! Every contender runs once per round, in turn, for `--rounds` rounds (default 5), each
 //! measurement about `--ms` milliseconds; the table gives the medians and the ratios
@@ -224,6 +225,9 @@ fn main() -> ExitCode {
         if unsafe { libc::geteuid() } == 0 {
             c.arg("--allow-run-as-root");
         }
+        if std::env::var_os("NX_REGCACHE").is_some() {
+            c.args(["-x", "NX_REGCACHE"]);
+        }
         c.args(["-x", "VMMC_TRANSPORT=mpi"])
             .env("VMMC_TRANSPORT", "mpi")
             .args(&args);
@@ -257,7 +261,16 @@ fn main() -> ExitCode {
     });
     let dynw = mpi::Win::dynamic(MIB);
     let allw = mpi::Win::allocate(MIB);
-    let nx = nx::Nx::new(ep.clone()).expect("NX over the endpoint");
+    // NX with its registration cache, as C programs get it from libnx by default and as MPI
+    // keeps its own (a zero-copy receive otherwise exports and the sender imports its memory
+    // for every message, which on this transport is a window attach and a round trip to the
+    // trusted party); `NX_REGCACHE=0` measures without it.
+    let mut nx_cfg = nx::Config::from_env().expect("NX settings");
+    if std::env::var_os("NX_REGCACHE").is_none() {
+        nx_cfg.reg_cache = true;
+    }
+    let nx_cache = nx_cfg.reg_cache;
+    let nx = nx::Nx::with_config(ep.clone(), nx_cfg).expect("NX over the endpoint");
     let mut rows: Vec<(&str, Vec<f64>)> = [
         "DU 8 B (us)",
         "MPI_Put+flush dynamic 8 B (us)",
@@ -338,7 +351,10 @@ fn main() -> ExitCode {
     nx.gsync().expect("gsync");
     if rank == 0 {
         let m: Vec<f64> = rows.iter().map(|(_, v)| median(v.clone())).collect();
-        println!("bench-mpi: 2 ranks under mpirun, {rounds} rounds, medians");
+        println!(
+            "bench-mpi: 2 ranks under mpirun, {rounds} rounds, medians; NX's registration cache {}",
+            if nx_cache { "on" } else { "off (NX_REGCACHE=0)" }
+        );
         println!("| measurement | median | all rounds |");
         println!("|---|---|---|");
         for ((name, v), med) in rows.iter().zip(&m) {
