@@ -7,8 +7,8 @@
 //!
 //! `cargo test -p vmmc-mpi --test conformance [NAME-FILTER]`
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 use vmmc::bootstrap::BootEnv;
 use vmmc::conformance::{scenario, scenarios, Scenario};
@@ -46,88 +46,19 @@ fn child(name: &str) -> ! {
     }
 }
 
-/// The launcher: `VMMC_MPIRUN` (for example `mpirun.mpich`, to run the suite built against
-/// MPICH with `MPICC=mpicc.mpich`), else `mpirun`.
-fn launcher() -> String {
-    std::env::var("VMMC_MPIRUN").unwrap_or_else(|_| "mpirun".into())
-}
-
-/// Whether the launcher is Open MPI's (else MPICH's Hydra, whose options differ).
-fn open_mpi() -> bool {
-    static IS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *IS.get_or_init(|| {
-        Command::new(launcher())
-            .arg("--version")
-            .output()
-            .map(|o| {
-                let v = String::from_utf8_lossy(&o.stdout);
-                v.contains("Open MPI") || v.contains("OpenRTE")
-            })
-            .unwrap_or(true)
-    })
-}
-
-/// The launcher with what this machine needs. Open MPI: root is allowed, more ranks than
-/// cores, and no binding (Open MPI binds each rank of a small job to one core, which puts
-/// the transport's progress thread on its program thread's core: the suite's cases of data
-/// arriving while the program acts, such as a redirection posted during an arrival, could
-/// then happen only when the scheduler preempts one for the other). Hydra does all of this
-/// by default.
-pub fn mpirun(n: usize) -> Command {
-    let mut c = Command::new(launcher());
-    if open_mpi() {
-        c.args(["--oversubscribe", "--bind-to", "none"]);
-        // SAFETY: geteuid has no memory effects.
-        if unsafe { libc::geteuid() } == 0 {
-            c.arg("--allow-run-as-root");
-        }
-    }
-    c.args(["-n", &n.to_string()]);
-    c
-}
-
 fn run_job(s: &Scenario) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut cmd = mpirun(s.procs);
+    let mut cmd = common::mpirun(s.procs);
     if s.dies.is_some() {
         // Open MPI aborts the whole job when a rank dies, unless told to go on.
         cmd.arg("--enable-recovery");
     }
-    let mut kid = cmd
-        .arg(&exe)
-        .env(CASE, s.name)
-        .env("VMMC_TRANSPORT", "mpi")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run mpirun: {e}"))?;
-    let mut out = kid.stdout.take().expect("stdout");
-    let mut err = kid.stderr.take().expect("stderr");
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Ok(Some(st)) = kid.try_wait() {
-            break Some(st);
-        }
-        if start.elapsed() > JOB_LIMIT {
-            let _ = kid.kill();
-            let _ = kid.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stdout = o.join().unwrap_or_default();
-    let stderr = e.join().unwrap_or_default();
+    cmd.arg(&exe).env(CASE, s.name).env("VMMC_TRANSPORT", "mpi");
+    let common::Run {
+        status,
+        stdout,
+        stderr,
+    } = common::run(cmd, JOB_LIMIT).map_err(|e| format!("cannot run mpirun: {e}"))?;
     let Some(status) = status else {
         return Err(format!(
             "job hung for {JOB_LIMIT:?}: killed\n{stdout}\n{stderr}"
@@ -169,7 +100,7 @@ fn main() {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }
-        if s.dies.is_some() && !open_mpi() {
+        if s.dies.is_some() && !common::open_mpi() {
             // Measured with MPICH 4.0's Hydra, also with `-disable-auto-cleanup`: the job
             // ends (every rank killed) when one rank dies.
             println!(

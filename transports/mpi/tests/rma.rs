@@ -8,8 +8,8 @@
 //!
 //! `cargo test -p vmmc-mpi --test rma`
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vmmc::bootstrap::BootEnv;
@@ -170,57 +170,16 @@ fn main() {
             }
         }
     }
-    // `VMMC_MPIRUN` names another launcher (MPICH's Hydra, for a build against MPICH),
-    // which takes none of Open MPI's options.
-    let launcher = std::env::var("VMMC_MPIRUN").unwrap_or_else(|_| "mpirun".into());
-    let open_mpi = Command::new(&launcher)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
-        .unwrap_or(true);
-    let mut c = Command::new(&launcher);
-    if open_mpi {
-        c.arg("--oversubscribe");
-        // SAFETY: geteuid has no memory effects.
-        if unsafe { libc::geteuid() } == 0 {
-            c.arg("--allow-run-as-root");
-        }
-    }
-    c.args(["-n", "2"]);
-    let mut kid = c
-        .arg(std::env::current_exe().expect("current_exe"))
+    let mut c = common::mpirun(2);
+    c.arg(std::env::current_exe().expect("current_exe"))
         .env(CASE, "1")
-        .env("VMMC_TRANSPORT", "mpi")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .env("VMMC_TRANSPORT", "mpi");
+    let common::Run {
+        status,
+        stdout,
+        stderr,
+    } = common::run(c, Duration::from_secs(120))
         .expect("mpirun (the test command installs openmpi-bin)");
-    let mut out = kid.stdout.take().expect("stdout");
-    let mut err = kid.stderr.take().expect("stderr");
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let er = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Ok(Some(s)) = kid.try_wait() {
-            break Some(s);
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = kid.kill();
-            let _ = kid.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let (stdout, stderr) = (o.join().unwrap_or_default(), er.join().unwrap_or_default());
     let ok = status.is_some_and(|s| s.success())
         && stdout.contains("rank-ok 0\n")
         && stdout.contains("rank-ok 1\n");

@@ -10,8 +10,8 @@
 //!
 //! `cargo test -p vmmc-mpi --test spawn` (`VMMC_MPIRUN=mpirun.mpich` for a build against MPICH)
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -210,23 +210,8 @@ fn as_child(ep: &Endpoint, t: &MpiTransport) -> Result<String, Error> {
     ))
 }
 
-fn launcher() -> String {
-    std::env::var("VMMC_MPIRUN").unwrap_or_else(|_| "mpirun".into())
-}
-
 fn open_mpi_here() -> bool {
     vmmc_mpi::library_version().contains("Open MPI")
-}
-
-fn open_mpi_launcher() -> bool {
-    Command::new(launcher())
-        .arg("--version")
-        .output()
-        .map(|o| {
-            let v = String::from_utf8_lossy(&o.stdout);
-            v.contains("Open MPI") || v.contains("OpenRTE")
-        })
-        .unwrap_or(true)
 }
 
 fn main() {
@@ -251,70 +236,16 @@ fn main() {
         }
     }
     let exe = std::env::current_exe().expect("current_exe");
-    let mut cmd = Command::new(launcher());
-    let ompi = open_mpi_launcher();
-    if ompi {
-        // One slot per rank would leave none for the spawned process; no binding, as in
-        // the conformance suite (the progress threads need the other core).
-        cmd.args(["--oversubscribe", "--bind-to", "none"]);
-        // SAFETY: geteuid has no memory effects.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.arg("--allow-run-as-root");
-        }
-    }
-    // A group of its own, so that a job that hangs can be ended as a whole (see below).
-    use std::os::unix::process::CommandExt;
-    cmd.process_group(0);
-    let mut kid = cmd
-        .args(["-n", "2"])
-        .arg(&exe)
-        .env(CASE, "1")
-        .env("VMMC_TRANSPORT", "mpi")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mpirun");
-    let mut out = kid.stdout.take().expect("stdout");
-    let mut err = kid.stderr.take().expect("stderr");
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+    // One slot per rank would leave none for the spawned process: `mpirun` oversubscribes.
+    let ompi = common::open_mpi();
+    let mut cmd = common::mpirun(2);
+    cmd.arg(&exe).env(CASE, "1").env("VMMC_TRANSPORT", "mpi");
     let start = Instant::now();
-    let status = loop {
-        if let Ok(Some(st)) = kid.try_wait() {
-            break Some(st);
-        }
-        if start.elapsed() > JOB_LIMIT {
-            // Open MPI puts every process it starts in a process group of its own, out of
-            // reach of a signal to mpirun's: a SIGKILLed mpirun leaves them running (a rank
-            // stuck in MPI_Finalize spins on a core). SIGTERM first, on which mpirun ends
-            // them; then SIGKILL whatever is left of its group.
-            // SAFETY: signals the process group made for the job above.
-            unsafe { libc::kill(-(kid.id() as i32), libc::SIGTERM) };
-            let term = Instant::now();
-            while term.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = kid.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            // SAFETY: as above.
-            unsafe { libc::kill(-(kid.id() as i32), libc::SIGKILL) };
-            let _ = kid.kill();
-            let _ = kid.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (stdout, stderr) = (o.join().unwrap_or_default(), e.join().unwrap_or_default());
+    let common::Run {
+        status,
+        stdout,
+        stderr,
+    } = common::run(cmd, JOB_LIMIT).expect("run mpirun");
     let report = format!("--- stdout\n{stdout}\n--- stderr\n{stderr}");
     let Some(status) = status else {
         panic!("the job hung for {JOB_LIMIT:?}: killed\n{report}");
