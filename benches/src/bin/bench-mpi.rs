@@ -353,7 +353,11 @@ fn main() -> ExitCode {
         let m: Vec<f64> = rows.iter().map(|(_, v)| median(v.clone())).collect();
         println!(
             "bench-mpi: 2 ranks under mpirun, {rounds} rounds, medians; NX's registration cache {}",
-            if nx_cache { "on" } else { "off (NX_REGCACHE=0)" }
+            if nx_cache {
+                "on"
+            } else {
+                "off (NX_REGCACHE=0)"
+            }
         );
         println!("| measurement | median | all rounds |");
         println!("|---|---|---|");
