@@ -25,6 +25,34 @@ fn count(len: usize) -> Result<c_int> {
 /// MPICH's switch for its progress thread (see [`init`]).
 const MPICH_PROGRESS: &str = "MPIR_CVAR_ASYNC_PROGRESS";
 
+/// `MPI_REPLACE`, found at run time: neither header defines it in a form bindgen carries
+/// (Open MPI: the address of its `ompi_mpi_op_replace` object; MPICH: the constant
+/// `0x5800000d` of its ABI). `None` under another MPI.
+pub fn op_replace() -> Option<sys::MPI_Op> {
+    static RAW: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let raw = (*RAW.get_or_init(|| {
+        let v = library_version();
+        if v.contains("Open MPI") {
+            // SAFETY: looks a symbol up in the process's loaded objects by a NUL-terminated
+            // name.
+            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ompi_mpi_op_replace".as_ptr()) };
+            (!p.is_null()).then_some(p as u64)
+        } else if v.contains("MPICH") {
+            Some(0x5800_000d)
+        } else {
+            None
+        }
+    }))?;
+    // An `MPI_Op` is a pointer (Open MPI) or an int (MPICH): the value in the handle's size.
+    match std::mem::size_of::<sys::MPI_Op>() {
+        // SAFETY: both types are 8 bytes of plain data (a handle is a pointer or an int).
+        8 => Some(unsafe { std::mem::transmute_copy::<u64, sys::MPI_Op>(&raw) }),
+        // SAFETY: both types are 4 bytes of plain data.
+        4 => Some(unsafe { std::mem::transmute_copy::<u32, sys::MPI_Op>(&(raw as u32)) }),
+        _ => None,
+    }
+}
+
 /// `MPI_Get_library_version` (callable before `MPI_Init`): which MPI this is.
 pub fn library_version() -> String {
     let mut buf = vec![0u8; sys::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
@@ -357,6 +385,33 @@ impl Win {
             )
         };
         check(rc, "MPI_Put")
+    }
+
+    /// Starts replacing the 8 bytes of `rank`'s window at `disp` as one element of an
+    /// accumulate (`MPI_REPLACE` on an `MPI_UINT64_T`): MPI makes an accumulate's elements
+    /// atomic, so a reader never sees half of them (complete after [`Win::flush`]).
+    pub fn replace_u64(
+        &self,
+        data: &[u8; 8],
+        op: sys::MPI_Op,
+        rank: usize,
+        disp: i64,
+    ) -> Result<()> {
+        // SAFETY: `data` stays borrowed until the caller's flush; MPI reads 8 bytes of it.
+        let rc = unsafe {
+            sys::MPI_Accumulate(
+                data.as_ptr().cast::<c_void>(),
+                1,
+                sys::RSMPI_UINT64_T,
+                rank as c_int,
+                disp as sys::MPI_Aint,
+                1,
+                sys::RSMPI_UINT64_T,
+                op,
+                self.w,
+            )
+        };
+        check(rc, "MPI_Accumulate")
     }
 
     /// Reads `out.len()` bytes of `rank`'s window at `disp` (complete after the flush made

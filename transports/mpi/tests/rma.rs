@@ -92,6 +92,33 @@ fn rank_body() -> Result<(), String> {
         if back != pattern(last0) || t.rma_stats().gets == 0 {
             return Err("remote read returned other bytes (or not by MPI_Get)".into());
         }
+        // 8 aligned bytes into the pool go as one atomic accumulate (MPI_REPLACE); into
+        // attached memory, or at an odd word, as two puts. (In the last chunk, which the
+        // sends above leave alone, clear of its last word.)
+        let before = t.rma_stats().replaces;
+        let eight = 0x0123_4567_89ab_cdefu64.to_ne_bytes();
+        let spare = LEN - CHUNK;
+        for (p, off) in [(&p1, spare + 8), (&p2, spare + 8), (&p1, spare + 20)] {
+            p.send(off, &eight).map_err(e)?;
+            let mut b = [0u8; 8];
+            p.get_data(off, &mut b).map_err(e)?;
+            if b != eight {
+                return Err(format!("an 8 B update at {off} left {b:?}"));
+            }
+        }
+        let replaces = t.rma_stats().replaces - before;
+        let expected = if vmmc_mpi::library_version().contains("Open MPI")
+            || vmmc_mpi::library_version().contains("MPICH")
+        {
+            1
+        } else {
+            0
+        };
+        if replaces != expected {
+            return Err(format!(
+                "{replaces} of 3 8 B updates were single accumulates"
+            ));
+        }
         sync.barrier()?; // rank 1 checks its buffers
         sync.barrier()?; // rank 1 has unexported buffer 1
         match p1.send(0, &[0u8; 4]) {
