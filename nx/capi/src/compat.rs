@@ -83,6 +83,24 @@ pub struct Esize {
     pub(crate) shigh: c_long,
 }
 
+/// The hardware clock's count: a free-running counter, as the Paragon's, so the monotonic
+/// clock since the machine started (in virtual time under the simulated SHRIMP's pacer).
+/// Not `dclock`'s time, which starts at 0 in each process: a first reading of 0 looked like
+/// a clock that does not run (the Fortran test's check failed on a node whose first clock
+/// reading it was).
+fn hw_ticks() -> u64 {
+    if vmmc::pace::is_paced() {
+        return (nx::Nx::dclock_now() * 1e7) as u64;
+    }
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 10_000_000 + t.tv_nsec as u64 / 100
+}
+
 /// Ticks of the hardware clock (HWHZ = 10 MHz, as the Paragon's) in `*t`.
 /// # Safety
 /// `t` is NULL or points to an esize_t.
@@ -97,7 +115,7 @@ pub unsafe extern "C" fn hwclock(t: *mut Esize) {
 /// `t` is NULL or points to an esize_t.
 #[no_mangle]
 pub unsafe extern "C" fn _hwclock(t: *mut Esize) {
-    let ticks = (nx::Nx::dclock_now() * 1e7) as u64;
+    let ticks = hw_ticks();
     if !t.is_null() {
         // SAFETY: a non-NULL pointer to an esize_t.
         unsafe {
