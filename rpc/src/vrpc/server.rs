@@ -324,7 +324,12 @@ impl Core {
                     self.max_record,
                 ) {
                     Ok(()) => i += 1,
-                    Err(_) => self.end(i, true),
+                    // A client that closed its binding (and left) while the call or its reply
+                    // was under way closed it: lost is a client gone without closing.
+                    Err(_) => {
+                        let closed = self.links[i].peer_closed();
+                        self.end(i, !closed)
+                    }
                 }
             } else {
                 i += 1;
