@@ -5,6 +5,8 @@
 //!   rank 1, against `MPI_Put` + `MPI_Win_flush` in a loop — `osu_put_latency`'s method —
 //!   into a window of each flavour: `MPI_Win_create_dynamic` (where the transport's receive
 //!   buffers live) and `MPI_Win_allocate`.
+//!   On one node the transport's DU into pool memory is a store into a shared window mapped
+//!   at the sender (`MPI_Win_allocate_shared`); `VMMC_MPI_DIRECT=0` measures its puts.
 //! - **NX ping-pong** over the transport (csend/crecv) against `MPI_Send`/`MPI_Recv`
 //!   (two-sided), 8 B one-way (half the round trip) and 1 MiB bandwidth, with NX's
 //!   registration cache on (`NX_REGCACHE=0` turns it off), as MPI keeps its own.
@@ -225,8 +227,10 @@ fn main() -> ExitCode {
         if unsafe { libc::geteuid() } == 0 {
             c.arg("--allow-run-as-root");
         }
-        if std::env::var_os("NX_REGCACHE").is_some() {
-            c.args(["-x", "NX_REGCACHE"]);
+        for v in ["NX_REGCACHE", "VMMC_MPI_DIRECT"] {
+            if std::env::var_os(v).is_some() {
+                c.args(["-x", v]);
+            }
         }
         c.args(["-x", "VMMC_TRANSPORT=mpi"])
             .env("VMMC_TRANSPORT", "mpi")
@@ -246,6 +250,7 @@ fn main() -> ExitCode {
     let rounds = opt("--rounds", 5.0) as usize;
     let ms = opt("--ms", 100.0);
     let ep = vmmc_run::init().expect("join the job on the mpi transport");
+    let mapped = vmmc_mpi::pool_mapped();
     assert_eq!(ep.size(), 2, "bench-mpi runs on 2 ranks");
     let rank = ep.rank();
     const MIB: usize = 1 << 20;
@@ -357,6 +362,15 @@ fn main() -> ExitCode {
                 "on"
             } else {
                 "off (NX_REGCACHE=0)"
+            }
+        );
+        println!(
+            "DU path: {}",
+            if mapped {
+                "stores into rank 1's pool, an MPI_Win_allocate_shared window mapped here (both \
+                 ranks on one node; VMMC_MPI_DIRECT=0 for MPI_Put + flush)"
+            } else {
+                "MPI_Put + MPI_Win_flush (VMMC_MPI_DIRECT=0, or ranks on two nodes)"
             }
         );
         println!("| measurement | median | all rounds |");

@@ -150,9 +150,10 @@ fn as_rank(ep: &Endpoint, t: &MpiTransport) -> Result<String, Error> {
         s.puts, s.gets, s.fallback_writes
     );
     let ok = match me {
-        // To rank 0 (1 write, through the world's window) and to the child (2, the pair's).
-        1 => s.puts == 4 && s.gets == 1 && s.fallback_writes == 0,
-        _ => s.puts == 0 && s.fallback_writes == 2,
+        // To rank 0 through the world's pool (puts, or stores where it is mapped here) and
+        // to the child through the pair's window (puts: never mapped).
+        1 => s.puts >= 2 && s.puts + s.stores == 4 && s.gets == 1 && s.fallback_writes == 0,
+        _ => s.puts + s.stores == 0 && s.fallback_writes == 2,
     };
     if !ok {
         return Err(fail(format!("rank {me}: unexpected statistics {s:?}")));
@@ -200,7 +201,7 @@ fn as_child(ep: &Endpoint, t: &MpiTransport) -> Result<String, Error> {
         s.puts, s.gets, s.fallback_writes, s.fallback_bytes
     );
     // It shares no window it can write through (see the crate docs): four writes by TCP.
-    if s.puts != 0 || s.fallback_writes != 4 {
+    if s.puts + s.stores != 0 || s.fallback_writes != 4 {
         return Err(fail(format!("child: unexpected statistics {s:?}")));
     }
     Ok(format!(
