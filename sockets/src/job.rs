@@ -482,14 +482,30 @@ impl JobListener {
         let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
         let n = taken.len();
         let start = self.next.load(Ordering::Relaxed);
-        for i in (0..n).map(|i| (start + i) % n) {
-            let off = i * SLOT;
-            let seq = self.listen.load_u32(off + 12).map_err(Error::from)?;
-            if seq == 0 || seq == taken[i] {
+        let pending = |taken: &[u32], i: usize| -> io::Result<Option<u32>> {
+            let seq = self.listen.load_u32(i * SLOT + 12).map_err(Error::from)?;
+            Ok((seq != 0 && seq != taken[i]).then_some(seq))
+        };
+        for found in (0..n).map(|i| (start + i) % n) {
+            let Some(mut seq) = pending(&taken, found)? else {
                 continue;
+            };
+            // A rank's requests are accepted in the order it made them, as a kernel's
+            // backlog is (its sequence numbers count up): a process that connects twice and
+            // then talks on its first connection must not find its second accepted first,
+            // which the scan alone does when the first request lands just behind it.
+            let first = found - found % BACKLOG;
+            let mut i = found;
+            for j in first..first + BACKLOG {
+                if let Some(s) = pending(&taken, j)? {
+                    if (s.wrapping_sub(seq) as i32) < 0 {
+                        (i, seq) = (j, s);
+                    }
+                }
             }
             taken[i] = seq;
-            self.next.store((i + 1) % n, Ordering::Relaxed);
+            self.next.store((found + 1) % n, Ordering::Relaxed);
+            let off = i * SLOT;
             let id = self.listen.load_u32(off).map_err(Error::from)?;
             let cap = self.listen.load_u32(off + 4).map_err(Error::from)? as usize;
             let rank = i / BACKLOG;

@@ -493,3 +493,63 @@ fn shm_listener_closed_after_accept() {
         listener_closed_after_accept(&vmmc_run::init().unwrap(), variant_from_env(), 300)
     });
 }
+
+/// A rank's connections are accepted in the order it made them, as from a kernel's backlog:
+/// after a first connection (which leaves the listener's scan just past that rank's first
+/// request slot), the rank connects twice before either is accepted, and writes on each as
+/// soon as it is accepted; the first accept returns the first connection.
+fn accepted_in_connect_order(ep: &Endpoint, variant: Variant) {
+    let port = PORT + 7;
+    if ep.rank() == 0 {
+        let l = JobListener::bind_with(ep, port, opts(variant)).expect("bind");
+        let (first, _) = l.accept().expect("accept");
+        let mut b = [0u8; 2];
+        // Both requests are in the listener's slots before the second byte comes.
+        (&first).read_exact(&mut b).expect("both connects made");
+        assert_eq!(&b, b"x!");
+        for want in [b'a', b'b'] {
+            let (s, rank) = l.accept().expect("accept");
+            assert_eq!(rank, 1);
+            (&s).read_exact(&mut b[..1]).expect("read");
+            assert_eq!(b[0] as char, want as char, "accepted out of connect order");
+        }
+        (&first).write_all(b"k").expect("done");
+    } else if ep.rank() == 1 {
+        let first = VmmcStream::connect_job_with(ep, 0, port, opts(variant)).expect("connect");
+        // Returns once accepted: its request slot is free again, the scan past it.
+        (&first).write_all(b"x").expect("write");
+        let a = VmmcStream::connect_job_with(ep, 0, port, opts(variant)).expect("connect");
+        let b = VmmcStream::connect_job_with(ep, 0, port, opts(variant)).expect("connect");
+        (&first).write_all(b"!").expect("write");
+        // Each written once accepted, in whichever order that comes (no deadlock either way).
+        a.set_nonblocking(true).expect("nonblocking");
+        b.set_nonblocking(true).expect("nonblocking");
+        let mut left = vec![(&a, b"a"), (&b, b"b")];
+        let (mut spins, listener) = (0u32, ep.proc_of(0).expect("rank 0"));
+        while !left.is_empty() {
+            ep.check_peer(listener).expect("the listener's process");
+            left.retain(|&(mut s, w)| match s.write(&w[..]) {
+                Ok(1) => false,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => true,
+                r => panic!("write: {r:?}"),
+            });
+            vmmc::pace::relax(&mut spins);
+        }
+        let mut k = [0u8; 1];
+        (&first).read_exact(&mut k).expect("done");
+    }
+}
+
+#[test]
+fn sim_accepted_in_connect_order() {
+    for v in VARIANTS {
+        all_ok(&on_sim(2, |ep| accepted_in_connect_order(ep, v)), v.name());
+    }
+}
+
+#[test]
+fn shm_accepted_in_connect_order() {
+    shm_job("shm_accepted_in_connect_order", 2, Variant::Du1, || {
+        accepted_in_connect_order(&vmmc_run::init().unwrap(), variant_from_env())
+    });
+}
