@@ -335,6 +335,25 @@ impl Win {
         Ok(base)
     }
 
+    /// Where `rank`'s part of a window made by [`Win::allocate_shared`] lies in this
+    /// process, and its length in bytes.
+    pub fn shared_part(&self, rank: usize) -> Result<(*mut u8, usize)> {
+        let (mut size, mut unit): (sys::MPI_Aint, c_int) = (0, 0);
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: a shared window; the out-pointers are live.
+        let rc = unsafe {
+            sys::MPI_Win_shared_query(
+                self.w,
+                rank as c_int,
+                &mut size,
+                &mut unit,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+            )
+        };
+        check(rc, "MPI_Win_shared_query")?;
+        Ok((base, size as usize))
+    }
+
     /// A second handle to the same window (to free it at exit through one of them only).
     pub fn alias(&self) -> Win {
         Win {

@@ -143,6 +143,13 @@
 //!   It also frees its windows before `MPI_Finalize`, which MPICH's UCX layer requires. A
 //!   dead rank ends an MPICH job too (Hydra kills the others).
 //! - Automatic update is emulated (no MPI operation propagates single stores).
+//! - A key holds the buffer's address (or pool offset) and a 15-bit generation counted per
+//!   process, and an importer keeps a revoked key revoked for the job's life: a buffer
+//!   exported again at the same address exactly a multiple of 32768 exports of its process
+//!   later gets a key that an importer of the earlier export sees as revoked
+//!   (`Error::Unexported`). A program that exports the same memory for every message (NX's
+//!   zero-copy receives without its registration cache) can meet it after 32768 messages: use
+//!   the registration cache there (libnx's default).
 #![deny(missing_docs)]
 
 mod ffi;
@@ -170,6 +177,10 @@ const POOL_DEFAULT: usize = 64 << 20;
 /// Bits of a key that hold the buffer's address (x86_64 and aarch64 user space).
 const ADDR_BITS: u32 = 47;
 const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+/// A key's generation, above the address and below [`IN_POOL`] and [`VIA_CONTROL`] (16
+/// bits made every export from the 32768th on look pooled, and its importers write to the
+/// pool at the buffer's address).
+const GEN_MASK: u64 = (1 << (62 - ADDR_BITS)) - 1;
 /// Largest single put (MPI counts are C ints); the core splits larger sends.
 const MAX_PUT: usize = 1 << 30;
 /// Size of each rank's part of the doorbell window.
@@ -193,8 +204,8 @@ struct Windows {
     bell_here: Vec<usize>,
     /// By rank, when the whole job shares one node's memory and `VMMC_MPI_DIRECT` is not
     /// `0`: its part of the pool, mapped here (the pool is then `MPI_Win_allocate_shared`),
-    /// which a writer stores into and a reader loads from.
-    pool_here: Vec<usize>,
+    /// which a writer stores into and a reader loads from: its address here and length.
+    pool_here: Vec<(usize, usize)>,
 }
 
 static WINDOWS: Mutex<Option<Arc<Windows>>> = Mutex::new(None);
@@ -291,7 +302,8 @@ impl Windows {
         let mut pool_here = Vec::new();
         if let (true, Some(p)) = (direct, &pool) {
             for r in 0..size {
-                pool_here.push(p.win.shared_base(r)? as usize);
+                let (base, len) = p.win.shared_part(r)?;
+                pool_here.push((base as usize, len));
             }
         }
         let bells = if shared {
@@ -1030,9 +1042,10 @@ impl Transport for MpiTransport {
         if lock(&self.attached).contains_key(&spec.buf) {
             return Err(Error::BufIdInUse(spec.buf));
         }
-        // Keys stay revoked for the whole job once unexported: a generation keeps a buffer
-        // exported again at the same address from looking revoked.
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) & 0xffff;
+        // Keys stay revoked for the whole job once unexported (importers keep a revoked
+        // link for ever): a generation keeps a buffer exported again at the same address
+        // from looking revoked (see the limits in the crate docs).
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) & GEN_MASK;
         let mut key = (generation << ADDR_BITS) | addr;
         if spec.redirectable {
             key |= VIA_CONTROL;
@@ -1101,7 +1114,18 @@ impl Transport for MpiTransport {
                     || (!self.spawned && rank < self.tcp.job().size);
                 let via_control = control || !shared;
                 let direct = match self.rma.win.pool_here.get(rank) {
-                    Some(base) if pooled && pair.is_none() && !via_control => {
+                    Some(&(base, len)) if pooled && pair.is_none() && !via_control => {
+                        // The registry's length, checked against the exporter's part of
+                        // the pool: nothing is stored outside it, whatever a key says.
+                        if (disp as usize)
+                            .checked_add(link.len())
+                            .is_none_or(|e| e > len)
+                        {
+                            return Err(Error::Protocol(format!(
+                                "rank {rank}'s key names {} bytes at {disp:#x} of its pool of {len}",
+                                link.len()
+                            )));
+                        }
                         Some(base + disp as usize)
                     }
                     _ => None,
@@ -1421,6 +1445,14 @@ mod tests {
             ..o
         };
         assert!(long.encode().is_err());
+    }
+
+    #[test]
+    fn a_key_holds_address_generation_and_flags_apart() {
+        let (addr, generation) = (ADDR_MASK, GEN_MASK << ADDR_BITS);
+        assert_eq!(addr & generation, 0);
+        assert_eq!((addr | generation) & (IN_POOL | VIA_CONTROL), 0);
+        assert_eq!(IN_POOL & VIA_CONTROL, 0);
     }
 
     #[test]
