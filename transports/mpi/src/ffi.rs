@@ -319,20 +319,7 @@ impl Win {
     /// Where `rank`'s part of a window made by [`Win::allocate_shared`] lies in this
     /// process (`MPI_Win_shared_query`).
     pub fn shared_base(&self, rank: usize) -> Result<*mut u8> {
-        let (mut size, mut unit): (sys::MPI_Aint, c_int) = (0, 0);
-        let mut base: *mut u8 = std::ptr::null_mut();
-        // SAFETY: a shared window; the out-pointers are live.
-        let rc = unsafe {
-            sys::MPI_Win_shared_query(
-                self.w,
-                rank as c_int,
-                &mut size,
-                &mut unit,
-                (&mut base as *mut *mut u8).cast::<c_void>(),
-            )
-        };
-        check(rc, "MPI_Win_shared_query")?;
-        Ok(base)
+        Ok(self.shared_part(rank)?.0)
     }
 
     /// Where `rank`'s part of a window made by [`Win::allocate_shared`] lies in this

@@ -1357,7 +1357,8 @@ impl RemoteBuffer for RemoteMpi {
 
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let _under_way = self.link.enter()?;
-        if self.link.is_local() {
+        // Memory readable here: a buffer of this process's, or one in a pool mapped here.
+        let here = if self.link.is_local() {
             let (base, len) = *lock(&self.rma.local)
                 .get(&self.link.key())
                 .ok_or(Error::Unexported)?;
@@ -1368,25 +1369,20 @@ impl RemoteBuffer for RemoteMpi {
                     size: len,
                 });
             }
-            // SAFETY: the buffer is exported by this process (found by its key, removed at
-            // unexport) and the range lies inside it (checked).
+            Some(base)
+        } else {
+            self.direct.inspect(|_| {
+                self.rma.loads.fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        if let Some(base) = here {
+            // SAFETY: this process's export (found by its key, removed at unexport; the range
+            // checked above) or the exporter's pool buffer, mapped here for the process's
+            // life (the range checked by the core against the length the exporter
+            // registered); the key is live (`enter` above).
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     (base as *const u8).add(offset),
-                    out.as_mut_ptr(),
-                    out.len(),
-                )
-            };
-            return Ok(());
-        }
-        if let Some(at) = self.direct {
-            self.rma.loads.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: the exporter's pool buffer, mapped here for the process's life; the
-            // range lies inside it (the core checked it against the length the exporter
-            // registered) and the key is live (checked by `enter` above).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (at as *const u8).add(offset),
                     out.as_mut_ptr(),
                     out.len(),
                 )
