@@ -7,6 +7,7 @@ mod common;
 
 use common::as_job;
 use nx::Nx;
+use vmmc::{ExportOptions, MemKind};
 
 /// NX's receive buffer for messages from rank 1 (`CONN_BASE + 1` in `nx::core`).
 const CONN_FROM_1: u32 = 0x4e58_0001;
@@ -24,8 +25,19 @@ fn descriptor(kind: u32, len: u64, seq: u32) -> [u8; HDR] {
     b
 }
 
+/// A word of rank 1's, outside NX's buffers: rank 0 sets it when it has checked both
+/// descriptors, and rank 1 stays until then (a rank that leaves early is a lost peer to a
+/// rank 0 still joining NX).
+const DONE: u32 = 0x0d0e_0001;
+
 fn body() {
-    let nx = Nx::new(vmmc_run::init().expect("join the job")).expect("join NX");
+    let ep = vmmc_run::init().expect("join the job");
+    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
+    if ep.rank() == 1 {
+        ep.export(DONE, &done, ExportOptions::new())
+            .expect("export");
+    }
+    let nx = Nx::new(ep.clone()).expect("join NX");
     // No NX traffic from rank 1 to rank 0 but the forged descriptors: they take the first
     // packet buffers and sequence numbers of the connection.
     if nx.mynode() == 1 {
@@ -40,6 +52,9 @@ fn body() {
         // Packet buffer 1, sequence 2: a one-copy message longer than a packet buffer.
         raw.send(2 * slot - HDR, &descriptor(1, 1 << 40, 2))
             .unwrap();
+        let rank0 = ep.proc_of(0).unwrap();
+        done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
+            .expect("rank 0 checks the descriptors");
         return;
     }
     let mut buf = [0u8; 64];
@@ -49,6 +64,9 @@ fn body() {
     assert!(e.to_string().contains("descriptor kind 99"), "{e}");
     let e = nx.crecv(-1, &mut buf).expect_err("an oversized packet");
     assert!(e.to_string().contains("packet"), "{e}");
+    ep.import(ep.proc_of(1).unwrap(), DONE)
+        .and_then(|p| p.send(0, &1u32.to_ne_bytes()))
+        .expect("tell rank 1");
 }
 
 #[test]
