@@ -732,3 +732,34 @@ fn handler_sends_etc_with_a_small_threshold() {
         handler_sends_and_more_body,
     );
 }
+
+/// Zero-copy receives into one buffer, one after the other, without the registration
+/// cache: the receiver exports the same memory for every message. On the mpi transport its
+/// keys come round again (256 generations in this job, 32768 by default), and a sender that
+/// held an earlier export's key revoked then hung at the wrap.
+#[test]
+fn zero_copy_receives_into_one_buffer_many_times() {
+    as_job(
+        "zero_copy_receives_into_one_buffer_many_times",
+        2,
+        &[
+            ("NX_THRESHOLD", "1024"),
+            ("VMMC_MPI_KEY_GENERATIONS", "256"),
+        ],
+        || {
+            let nx = nx();
+            let mut buf = vec![0u8; 4096];
+            for i in 0..1000u64 {
+                if nx.mynode() == 0 {
+                    buf[..8].copy_from_slice(&i.to_le_bytes());
+                    nx.csend(1, &buf, 1, 0).expect("csend");
+                } else {
+                    nx.crecv(-1, &mut buf).expect("crecv");
+                    let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                    assert_eq!(got, i, "message {i}");
+                }
+            }
+            nx.gsync().expect("gsync");
+        },
+    );
+}

@@ -144,12 +144,14 @@
 //!   dead rank ends an MPICH job too (Hydra kills the others).
 //! - Automatic update is emulated (no MPI operation propagates single stores).
 //! - A key holds the buffer's address (or pool offset) and a 15-bit generation counted per
-//!   process, and an importer keeps a revoked key revoked for the job's life: a buffer
-//!   exported again at the same address exactly a multiple of 32768 exports of its process
-//!   later gets a key that an importer of the earlier export sees as revoked
-//!   (`Error::Unexported`). A program that exports the same memory for every message (NX's
-//!   zero-copy receives without its registration cache) can meet it after 32768 messages: use
-//!   the registration cache there (libnx's default).
+//!   process, so keys come round again: a buffer exported at the same address a multiple of
+//!   32768 exports later gets the key of an earlier export, which its importers hold revoked.
+//!   Each process remembers the keys it handed out, and before it hands one out again every
+//!   peer forgets the revocation (`TcpTransport::unrevoke`, a frame and a fence to each;
+//!   [`RmaStats::unrevoked`]); links made to the earlier export stay revoked. Without that,
+//!   NX's zero-copy receives into one buffer without the registration cache hung at the
+//!   32768th message (measured). The memory of the remembered keys grows with the number of
+//!   distinct keys, as the importers' link tables do.
 #![deny(missing_docs)]
 
 mod ffi;
@@ -374,6 +376,21 @@ pub fn pool_mapped() -> bool {
         .is_some_and(|w| !w.pool_here.is_empty())
 }
 
+/// The generations of keys: [`GEN_MASK`], or `VMMC_MPI_KEY_GENERATIONS` of them (a power of
+/// two up to 32768), which tests set low to make keys come round again soon.
+fn gen_mask() -> Result<u64> {
+    match std::env::var("VMMC_MPI_KEY_GENERATIONS") {
+        Err(_) => Ok(GEN_MASK),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n.is_power_of_two() && n <= GEN_MASK + 1 => Ok(n - 1),
+            _ => Err(Error::Bootstrap(format!(
+                "VMMC_MPI_KEY_GENERATIONS={v:?}: a power of two up to {}",
+                GEN_MASK + 1
+            ))),
+        },
+    }
+}
+
 /// Whether deliberate updates into the pool of a rank on this node are stores into its
 /// part mapped here (`VMMC_MPI_DIRECT` unset or `1`) or puts (`0`).
 fn direct_wanted() -> Result<bool> {
@@ -528,6 +545,9 @@ pub struct RmaStats {
     pub bytes_stored: u64,
     /// Remote reads loaded straight from a pool mapped here.
     pub loads: u64,
+    /// Keys this process handed out again after its generations wrapped (each unrevoked at
+    /// every peer before the export).
+    pub unrevoked: u64,
 }
 
 impl Rma {
@@ -760,6 +780,13 @@ pub struct MpiTransport {
     /// window (not in the pool).
     attached: Mutex<HashMap<BufId, (usize, bool)>>,
     generation: AtomicU64,
+    /// The generations a key may carry ([`GEN_MASK`], or fewer for tests:
+    /// `VMMC_MPI_KEY_GENERATIONS`).
+    gen_mask: u64,
+    /// Every key this process handed out (a key handed out again is unrevoked first).
+    keys_used: Mutex<std::collections::HashSet<u64>>,
+    /// Keys handed out again, each unrevoked at every peer.
+    unrevoked: AtomicU64,
     finished: AtomicBool,
     /// This process was spawned (`MPI_Comm_spawn`): its `MPI_COMM_WORLD` is itself alone and
     /// it shares a window with its spawner only.
@@ -858,7 +885,7 @@ impl MpiTransport {
         tcp.set_revoke_waits(true);
         let win = Windows::get(size, all_local, initialised_mpi)?;
         ffi::barrier()?;
-        Ok(Self::assemble(tcp, win, false, at, env.job.clone()))
+        Self::assemble(tcp, win, false, at, env.job.clone())
     }
 
     fn assemble(
@@ -867,9 +894,9 @@ impl MpiTransport {
         spawned: bool,
         rendezvous: String,
         job_id: String,
-    ) -> MpiTransport {
+    ) -> Result<MpiTransport> {
         let size = tcp.job().size + vmmc_tcp::MAX_SPAWNED;
-        MpiTransport {
+        Ok(MpiTransport {
             tcp,
             rma: Arc::new(Rma {
                 win,
@@ -889,11 +916,14 @@ impl MpiTransport {
             }),
             attached: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
+            gen_mask: gen_mask()?,
+            keys_used: Mutex::new(std::collections::HashSet::new()),
+            unrevoked: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             spawned,
             rendezvous,
             job_id,
-        }
+        })
     }
 
     /// A process that `MPI_Comm_spawn` started for `vmmc_Spawn`: its spawner sends it its
@@ -925,7 +955,7 @@ impl MpiTransport {
         };
         let tcp = TcpTransport::connect_spawned(&tenv, order.parent)?;
         tcp.set_revoke_waits(true);
-        Ok(Self::assemble(tcp, win, true, order.rendezvous, order.job))
+        Self::assemble(tcp, win, true, order.rendezvous, order.job)
     }
 
     /// This process's one-sided traffic so far.
@@ -939,6 +969,7 @@ impl MpiTransport {
             fallback_bytes: g(&self.rma.fallback_bytes),
             rings: g(&self.rma.rings),
             replaces: g(&self.rma.replaces),
+            unrevoked: g(&self.unrevoked),
             stores: g(&self.rma.stores),
             bytes_stored: g(&self.rma.bytes_stored),
             loads: g(&self.rma.loads),
@@ -1042,16 +1073,20 @@ impl Transport for MpiTransport {
         if lock(&self.attached).contains_key(&spec.buf) {
             return Err(Error::BufIdInUse(spec.buf));
         }
-        // Keys stay revoked for the whole job once unexported (importers keep a revoked
-        // link for ever): a generation keeps a buffer exported again at the same address
-        // from looking revoked (see the limits in the crate docs).
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) & GEN_MASK;
+        // A key revoked at unexport stays revoked for its importers: a generation keeps a
+        // buffer exported again at the same address from looking revoked, and a key handed
+        // out again once the generations wrapped is unrevoked at every peer first.
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) & self.gen_mask;
         let mut key = (generation << ADDR_BITS) | addr;
         if spec.redirectable {
             key |= VIA_CONTROL;
         }
         if pooled.is_some() {
             key |= IN_POOL;
+        }
+        if !lock(&self.keys_used).insert(key) {
+            self.tcp.unrevoke(key);
+            self.unrevoked.fetch_add(1, Ordering::Relaxed);
         }
         let len = spec.region.len();
         if let (Some(w), None) = (&self.rma.win.data, pooled) {

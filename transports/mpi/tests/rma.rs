@@ -5,8 +5,9 @@
 //! `VMMC_MPI_DIRECT=0`, the second run) and not over the control connections (the
 //! transport's counters say so),
 //! remote read returns what was written, notifications arrive in order with their values,
-//! after unexport the sender is refused, and a receiver waiting for a late put sleeps and is
-//! woken by the put's doorbell ring (under a tenth of a CPU while it waits).
+//! after unexport the sender is refused, a receiver waiting for a late put sleeps and is
+//! woken by the put's doorbell ring (under a tenth of a CPU while it waits), and a key that
+//! comes round again (4 generations here) is unrevoked, so its new export can be imported.
 //!
 //! `cargo test -p vmmc-mpi --test rma`
 
@@ -199,6 +200,33 @@ fn rank_body() -> Result<(), String> {
             return Err("the wait never slept".into());
         }
     }
+    // Keys come round again (this job has 4 generations): one buffer exported, imported,
+    // written and unexported 12 times over gets the key of an earlier export, which rank 0
+    // holds revoked; each new export must still be imported and written.
+    let again = Region::alloc_private(4096).map_err(e)?;
+    for round in 1..=12u32 {
+        if ep.rank() == 1 {
+            ep.export(9, &again, ExportOptions::new()).map_err(e)?;
+        }
+        sync.barrier()?;
+        if ep.rank() == 0 {
+            let p = ep.import(ep.proc_of(1).map_err(e)?, 9).map_err(e)?;
+            p.send(0, &round.to_ne_bytes())
+                .map_err(|x| format!("round {round}: {x}"))?;
+        }
+        sync.barrier()?;
+        if ep.rank() == 1 {
+            let got = again.load_u32(0).map_err(e)?;
+            if got != round {
+                return Err(format!("round {round}: the buffer holds {got}"));
+            }
+            ep.unexport(9).map_err(e)?;
+        }
+        sync.barrier()?;
+    }
+    if ep.rank() == 1 && t.rma_stats().unrevoked == 0 {
+        return Err("no key came round again in 12 exports of 4 generations".into());
+    }
     sync.barrier()?;
     drop(sync);
     drop(ep);
@@ -225,6 +253,7 @@ fn main() {
         c.arg(std::env::current_exe().expect("current_exe"))
             .env(CASE, "1")
             .env("VMMC_MPI_DIRECT", direct)
+            .env("VMMC_MPI_KEY_GENERATIONS", "4")
             .env("VMMC_TRANSPORT", "mpi");
         let common::Run {
             status,

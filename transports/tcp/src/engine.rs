@@ -234,6 +234,10 @@ fn begin(sh: &Shared, conn: &Conn, rx: &mut Rx, h: Header) -> std::result::Resul
             }
             Dest::Discard
         }
+        kind::UNREVOKE => {
+            sh.forget_link(conn.rank, h.key);
+            Dest::Discard
+        }
         kind::FENCE => {
             let mut a = lock(&sh.acks);
             let e = a.entry(conn.rank).or_insert(0);

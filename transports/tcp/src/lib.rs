@@ -447,6 +447,12 @@ impl Shared {
         lock(&self.links).entry((owner, key)).or_default().clone()
     }
 
+    /// Drops the table's link for `key` of `owner` (its holders keep it, revoked or not): the
+    /// next import of the key makes a new one.
+    fn forget_link(&self, owner: usize, key: u64) {
+        lock(&self.links).remove(&(owner, key));
+    }
+
     fn notify(&self, n: Notification) {
         let mut q = lock(&self.notes);
         while q.q.len() >= NOTE_CAP && !self.stop.load(Ordering::SeqCst) {
@@ -1022,6 +1028,28 @@ impl TcpTransport {
     /// returns (each peer's progress engine waits for them, see [`RemoteTcp::enter`]).
     pub fn set_revoke_waits(&self, on: bool) {
         self.revoke_waits.store(on, Ordering::SeqCst);
+    }
+
+    /// Before `key` is exported again: every live peer (and this process) forgets that it
+    /// was revoked, and has when this returns (a fence on every connection), so that its
+    /// imports of the new export work while links to the earlier one stay revoked. For an
+    /// embedding transport whose keys come from a bounded space (the mpi transport's carry
+    /// the buffer's address and a generation): a key revoked once would otherwise look
+    /// revoked for the job's life.
+    pub fn unrevoke(&self, key: u64) {
+        self.sh.forget_link(self.job.rank, key);
+        let h = Header {
+            kind: kind::UNREVOKE,
+            key,
+            ..Default::default()
+        };
+        // A peer that is lost meanwhile imports nothing more: its error is no failure here.
+        for c in self.sh.conns.iter() {
+            let _ = c.send_frame(&h, &[], &self.sh.stats);
+        }
+        for c in self.sh.conns.iter() {
+            let _ = c.fence(&self.sh.stats);
+        }
     }
 
     /// [`Transport::import_poll`] returning the link itself, for an embedding transport.

@@ -519,6 +519,11 @@ pub mod kind {
     /// no data follows. With [`super::FLAG_NOTIFY`] the receiver raises the
     /// notification; in any case it rings its bell. Checked on arrival like a write.
     pub const PLACED: u8 = 7;
+    /// The exporter hands out `key` again (an embedding transport whose keys come from a
+    /// bounded space, see [`crate::TcpTransport::unrevoke`]): the receiver forgets that it
+    /// was revoked, so that an import of the new export gets a live link. Links made before
+    /// keep their revocation.
+    pub const UNREVOKE: u8 = 8;
 }
 
 /// Header flag: raise a notification after the data is placed.
