@@ -135,8 +135,10 @@ fn a_dead_node_is_reported() {
 
 /// A node that computes outside the library still serves: a page request and a lock request
 /// reach it by notification (seed 001 Table 3; on shm after a short delay, in case it comes
-/// back in first), and the requester does not wait for the node's next call. Node 0
-/// computes until node 1 says, through a raw VMMC word, that both were served.
+/// back in first), and the requester does not wait for the node's next call. Node 0 says,
+/// through a raw VMMC word, that it left the library (a request that comes during a call is
+/// served at its end, without a notification), then computes until node 1 says, through
+/// another, that both were served.
 #[test]
 fn a_node_outside_the_library_is_notified() {
     for p in Protocol::ALL {
@@ -158,6 +160,12 @@ fn a_node_outside_the_library_is_notified() {
                 }
                 s.barrier().expect("barrier");
                 if s.rank() == 0 {
+                    // Out of the library (a request that came during the barrier was served
+                    // at its end): node 1 may ask now.
+                    ep.import(ep.proc_of(1).expect("rank 1"), 0x2356_7E01)
+                        .expect("import")
+                        .send(4, &1u32.to_ne_bytes())
+                        .expect("out");
                     let t0 = std::time::Instant::now();
                     while done.load_u32(0).expect("word") == 0 {
                         assert!(
@@ -167,6 +175,9 @@ fn a_node_outside_the_library_is_notified() {
                         std::hint::spin_loop();
                     }
                 } else {
+                    let rank0 = ep.proc_of(0).expect("rank 0");
+                    done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
+                        .expect("node 0 computes");
                     // The page's home and the lock's token are at node 0, which computes.
                     assert_eq!(s.view(page).get(0).expect("read"), 42);
                     s.acquire(0).expect("acquire");
