@@ -1245,9 +1245,16 @@ extern "C" fn at_start() {
 static AT_START: extern "C" fn() = at_start;
 
 /// At exit: connections still open write their statistics and end (the kernel would close
-/// their sockets anyway).
+/// their sockets anyway), and this process's listeners withdraw their announcements (most
+/// servers exit without closing them).
 extern "C" fn at_exit() {
-    let _ = catch_unwind(|| drop(table::clear()));
+    let _ = catch_unwind(|| {
+        for e in table::clear() {
+            if let Entry::Listener { port, owner } = e {
+                setup::withdraw_listener(port, owner);
+            }
+        }
+    });
 }
 
 #[used]

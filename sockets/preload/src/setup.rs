@@ -4,7 +4,8 @@
 //! use VMMC; anything else must stay a kernel connection, byte for byte. The two ends learn
 //! about each other through a registry of small files in [`sockets::SHM_DIR`]:
 //!
-//! - a listening socket announces its port (`l<port>`, holding the process id);
+//! - a listening socket announces its port (`l<port>`, holding the process id and its start
+//!   time, so that a file left by a killed listener never names a later process);
 //! - a connecting socket that finds a live announcement for its destination binds to a
 //!   loopback port first and announces that port (`c<port>`) *before* it connects, so the
 //!   accepting side knows from the peer's address alone whether to expect a hello, without
@@ -43,24 +44,67 @@ fn pid() -> u32 {
     std::process::id()
 }
 
-/// Announces a listening port.
-pub fn announce_listener(port: u16) {
-    let _ = std::fs::write(registry().join(format!("l{port}")), pid().to_string());
+/// When process `pid` started (clock ticks after boot, `/proc/PID/stat`'s 22nd field): with
+/// the process id it names one process, even after the id is reused.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Withdraws the announcement of `port` if this process made it.
-pub fn withdraw_listener(port: u16, owner: u32) {
-    if owner == pid() {
-        let _ = std::fs::remove_file(registry().join(format!("l{port}")));
+/// An announcement's text: the listening process and when it started.
+fn announcement() -> String {
+    let me = pid();
+    // A process can always read its own entry; 0 where /proc is missing altogether.
+    format!("{me} {}", start_time(me as i32).unwrap_or(0))
+}
+
+/// The process an announcement names, and when it started.
+fn parse_announcement(text: &str) -> Option<(i32, u64)> {
+    let mut it = text.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Announces a listening port. The file appears whole (written aside, then renamed), so a
+/// connecting process never reads half an announcement.
+pub fn announce_listener(port: u16) {
+    let dir = registry();
+    let tmp = dir.join(format!(".l{port}.{}", pid()));
+    if std::fs::write(&tmp, announcement()).is_ok()
+        && std::fs::rename(&tmp, dir.join(format!("l{port}"))).is_err()
+    {
+        let _ = std::fs::remove_file(&tmp);
     }
 }
 
-/// Whether a live interposed process listens on `port`.
+/// Withdraws the announcement of `port` if this process made it and it is still this
+/// process's (a later listener on the port may have announced itself since).
+pub fn withdraw_listener(port: u16, owner: u32) {
+    if owner != pid() {
+        return;
+    }
+    let path = registry().join(format!("l{port}"));
+    let mine = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| parse_announcement(&s))
+        .is_some_and(|(p, _)| p as u32 == owner);
+    if mine {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Whether a live interposed process listens on `port`: the announcement names a process
+/// that exists and started when it says (a process that died without withdrawing, killed
+/// by a signal say, leaves a file whose process id may come to name another process).
 fn listener_live(port: u16) -> bool {
     std::fs::read_to_string(registry().join(format!("l{port}")))
         .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .is_some_and(alive)
+        .and_then(|s| parse_announcement(&s))
+        .is_some_and(|(p, start)| {
+            // Where another user's /proc entries are hidden, the process's existence decides.
+            alive(p) && start_time(p).is_none_or(|t| t == start)
+        })
 }
 
 /// The loopback IPv4/IPv6 address and port in `addr`, if it is one.

@@ -131,6 +131,79 @@ impl Drop for Server {
     }
 }
 
+/// How long any program a test starts may run: a program still running then is killed, so
+/// that a hang fails its test (what it was waiting for ends) instead of stopping the suite.
+const PROGRAM_LIMIT: Duration = Duration::from_secs(240);
+
+/// Programs started by the tests, with their deadlines, and those the watchdog killed.
+static WATCHED: std::sync::Mutex<Vec<(u32, Instant, String)>> = std::sync::Mutex::new(Vec::new());
+static KILLED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Starts `c` under the watchdog (a thread that kills it once [`PROGRAM_LIMIT`] has passed).
+fn spawn_watched(c: &mut Command, what: &str) -> Child {
+    static WATCHDOG: std::sync::Once = std::sync::Once::new();
+    WATCHDOG.call_once(|| {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = Instant::now();
+            let mut w = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+            w.retain(|(pid, deadline, what)| {
+                // SAFETY: signal 0 checks whether our child (or its zombie) is still there.
+                if unsafe { libc::kill(*pid as i32, 0) } != 0 {
+                    return false;
+                }
+                if now < *deadline {
+                    return true;
+                }
+                let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+                    st.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                });
+                if !zombie {
+                    eprintln!(
+                        "watchdog: {what} (pid {pid}) still ran after {PROGRAM_LIMIT:?}: killed"
+                    );
+                    KILLED.lock().unwrap_or_else(|e| e.into_inner()).push(*pid);
+                    // SAFETY: killing a program this test binary started.
+                    unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                }
+                false
+            });
+        });
+    });
+    let child = c
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/setup.sh installs the programs)"));
+    WATCHED.lock().unwrap_or_else(|e| e.into_inner()).push((
+        child.id(),
+        Instant::now() + PROGRAM_LIMIT,
+        what.to_string(),
+    ));
+    child
+}
+
+/// Runs `c` to its end under the watchdog, capturing its output (stdin empty unless set).
+fn output_watched(c: &mut Command, what: &str) -> std::process::Output {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = spawn_watched(c, what);
+    let pid = child.id();
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let killed = KILLED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&pid);
+    assert!(
+        !killed,
+        "{what} hung and was killed\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -138,12 +211,15 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Waits until an interposed process listens on `port` (its announcement appears), without
-/// connecting (a probe would use up a one-shot server).
+/// Waits until the interposed `child` listens on `port` (its announcement names it), without
+/// connecting (a probe would use up a one-shot server). An announcement left by an earlier
+/// process on the same port does not count: a client started on it would find no listener.
 fn wait_listening(port: u16, child: &mut Child) {
     let path = Path::new(sockets::SHM_DIR).join(format!("l{port}"));
     let t0 = Instant::now();
-    while !path.exists() {
+    let pid = child.id().to_string();
+    let names_child = |text: String| text.split_whitespace().next() == Some(pid.as_str());
+    while !std::fs::read_to_string(&path).is_ok_and(names_child) {
         if let Ok(Some(st)) = child.try_wait() {
             panic!("server exited before listening: {st}");
         }
@@ -156,10 +232,7 @@ fn wait_listening(port: u16, child: &mut Child) {
 }
 
 fn run_ok(mut c: Command, what: &str) -> String {
-    let out = c
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let out = output_watched(c.stdin(Stdio::null()), what);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -219,7 +292,7 @@ fn sockperf_ping_pong_and_throughput() {
     srv.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut srv = Server(srv.spawn().expect("sockperf (apt-get install sockperf)"));
+    let mut srv = Server(spawn_watched(&mut srv, "sockperf server"));
     wait_listening(port, &mut srv.0);
 
     let mut pp = s.cmd("sockperf");
@@ -273,7 +346,7 @@ fn iperf3_client_and_server() {
     let port = free_port().to_string();
     let mut srv = s.cmd("iperf3");
     srv.args(["-s", "-1", "-p", &port]).stdout(Stdio::null());
-    let mut srv = Server(srv.spawn().expect("iperf3 (apt-get install iperf3)"));
+    let mut srv = Server(spawn_watched(&mut srv, "iperf3 server"));
     wait_listening(port.parse().expect("port"), &mut srv.0);
     let mut c = s.cmd("iperf3");
     c.args(["-c", "127.0.0.1", "-p", &port, "-t", "1", "-J"]);
@@ -310,10 +383,7 @@ fn redis_benchmark_and_data_check() {
     .arg("--dir")
     .arg(&s.dir)
     .stdout(Stdio::null());
-    let mut srv = Server(
-        srv.spawn()
-            .expect("redis-server (apt-get install redis-server)"),
-    );
+    let mut srv = Server(spawn_watched(&mut srv, "redis-server"));
     wait_listening(port.parse().expect("port"), &mut srv.0);
     let server_pid = srv.0.id();
     let mut b = s.cmd("redis-benchmark");
@@ -339,7 +409,7 @@ fn redis_benchmark_and_data_check() {
     assert_eq!(run_ok(get, "redis-cli get").trim(), value);
     let mut stop = s.cmd("redis-cli");
     stop.args(["-p", &port, "shutdown", "nosave"]);
-    let _ = stop.output();
+    let _ = output_watched(stop.stdin(Stdio::null()), "redis-cli shutdown");
     assert!(srv.0.wait().expect("redis-server").success());
     let (sent, received) = s.stats_of(server_pid);
     // 5000 requests of each of 4 commands, each at least a few dozen bytes, plus the value.
@@ -364,13 +434,12 @@ fn nc_moves_100_mib_intact() {
     let mut srv = s.cmd("nc");
     srv.args(["-N", "-l", "127.0.0.1", &port])
         .stdout(std::fs::File::create(&output).expect("out"));
-    let mut srv = Server(srv.spawn().expect("nc (apt-get install netcat-openbsd)"));
+    let mut srv = Server(spawn_watched(&mut srv, "nc server"));
     wait_listening(port.parse().expect("port"), &mut srv.0);
     let mut c = s.cmd("nc");
     c.args(["-N", "127.0.0.1", &port])
         .stdin(std::fs::File::open(&input).expect("in"));
-    let st = c.status().expect("nc client");
-    assert!(st.success());
+    assert!(output_watched(&mut c, "nc client").status.success());
     assert!(srv.0.wait().expect("nc server").success());
     assert_eq!(sha256(&output), sha256(&input));
     let received: u64 = s.stats().values().map(|v| v.1).sum();
@@ -409,14 +478,14 @@ fn nginx_serves_a_file_to_curl() {
         .arg(&conf)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut srv = Server(srv.spawn().expect("nginx (apt-get install nginx-light)"));
+    let mut srv = Server(spawn_watched(&mut srv, "nginx"));
     wait_listening(port, &mut srv.0);
     let got = s.dir.join("got.bin");
     let mut c = s.cmd("curl");
     c.args(["-s", "-f", "-o"])
         .arg(&got)
         .arg(format!("http://127.0.0.1:{port}/f.bin"));
-    let out = c.output().expect("curl");
+    let out = output_watched(c.stdin(Stdio::null()), "curl");
     assert!(out.status.success(), "curl: {}", out.status);
     assert_eq!(sha256(&got), sha256(&root.join("f.bin")));
     // curl's process wrote its line when it closed the connection.
@@ -439,7 +508,7 @@ fn child(role: &str, arg: &str) -> (Server, BufReader<std::process::ChildStdout>
         .env("PRELOAD_ARG", arg)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    let mut c = c.spawn().expect("child");
+    let mut c = spawn_watched(&mut c, &format!("role {role}"));
     let out = BufReader::new(c.stdout.take().expect("stdout"));
     (Server(c), out)
 }
@@ -706,7 +775,7 @@ fn an_epoll_set_watched_by_poll_wakes_on_data() {
     let mut c = s.cmd(std::env::current_exe().expect("exe"));
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
         .env("PRELOAD_ROLE", "epoll_watched_by_poll");
-    let out = c.output().expect("child");
+    let out = output_watched(c.stdin(Stdio::null()), "child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains("ok=epoll-in-poll"),
@@ -802,7 +871,7 @@ fn role_over_vmmc(scratch: &str, role: &str, checks: &[&str], min_sent: u64) {
     let mut c = s.cmd(std::env::current_exe().expect("exe"));
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
         .env("PRELOAD_ROLE", role);
-    let out = c.output().expect("child");
+    let out = output_watched(c.stdin(Stdio::null()), "child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -867,12 +936,11 @@ fn listener_shut_down_while_accept_blocks() {
     assert!(c.0.wait().expect("reap").success());
 }
 
-#[test]
-fn interposed_and_plain_peers_talk_through_the_kernel() {
-    // Interposed client, plain server (this process).
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+/// An interposed client of the plain server listening on `l` (this process): their bytes go
+/// through the kernel, nothing else arrives (no hello), and nothing goes through rings.
+fn interposed_client_of_a_plain_server(l: &TcpListener, scratch: &str) {
     let port = l.local_addr().expect("addr").port().to_string();
-    let s = Scratch::new("plain");
+    let s = Scratch::new(scratch);
     let mut c = Command::new(std::env::current_exe().expect("exe"));
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
         .env("LD_PRELOAD", library())
@@ -880,7 +948,7 @@ fn interposed_and_plain_peers_talk_through_the_kernel() {
         .env("PRELOAD_ROLE", "echo_client")
         .env("PRELOAD_ARG", &port)
         .stdout(Stdio::piped());
-    let mut c = Server(c.spawn().expect("child"));
+    let mut c = Server(spawn_watched(&mut c, "echo_client"));
     let (srv, _) = l.accept().expect("accept");
     let mut line_in = String::new();
     BufReader::new(&srv).read_line(&mut line_in).expect("line");
@@ -900,6 +968,28 @@ fn interposed_and_plain_peers_talk_through_the_kernel() {
         "a plain peer went over VMMC: {:?}",
         s.stats()
     );
+}
+
+/// A listener killed before it could withdraw its announcement leaves the file; a later plain
+/// server on the port must still get a plain client, even once the dead listener's process
+/// id names another process (here this one, which started at another time).
+#[test]
+fn an_announcement_left_by_a_dead_listener_is_ignored() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let path = Path::new(sockets::SHM_DIR).join(format!("l{port}"));
+    let _ = std::fs::create_dir_all(sockets::SHM_DIR);
+    // A process id that is alive with a start time it never had.
+    std::fs::write(&path, format!("{} 1", std::process::id())).expect("announcement");
+    interposed_client_of_a_plain_server(&l, "stale");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn interposed_and_plain_peers_talk_through_the_kernel() {
+    // Interposed client, plain server (this process).
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    interposed_client_of_a_plain_server(&l, "plain");
 
     // Interposed server, plain client (this process).
     let (_srv, mut so) = child("echo", "");
@@ -1350,7 +1440,7 @@ fn inherited_by_a_new_image(scratch: &str, how: &str) {
     c.args(["--exact", "role", "--nocapture", "--test-threads=1"])
         .env("PRELOAD_ROLE", "exec_holder")
         .env("PRELOAD_ARG", how);
-    let out = c.output().expect("child");
+    let out = output_watched(c.stdin(Stdio::null()), "child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
