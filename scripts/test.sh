@@ -8,7 +8,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo build --workspace --all-targets --all-features
 log=$(mktemp)
-cargo test --workspace --all-features 2>&1 | tee "$log"
+# A bound far above its usual 10 minutes: a hang fails the run (timeout kills the whole
+# process group, the programs the tests started included) instead of using up CI's time.
+timeout -k 30 2400 cargo test --workspace --all-features 2>&1 | tee "$log"
 # One closing line for the whole suite: the sum of every runner's counts.
 totals=$(grep -E '^(test result: .*|[a-z_]+: [0-9]+ passed, [0-9]+ failed)' "$log" |
   sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/; s/^[a-z_]+: ([0-9]+) passed, ([0-9]+) failed.*/\1 \2/' |
