@@ -389,12 +389,13 @@ impl Machine {
 
     /// Called when a node's program has returned (or its thread unwound).
     pub fn end_node(&self, node: usize, dead: bool) {
+        let marks = (thread_cpu_ns(), stamp());
         let mut st = self.lock();
         if self.is_main_thread(node) {
             // The program's stores were handed over by its last call (`run_node`); any left
             // belong to a node that died.
             self.discard_buffered();
-            self.charge(&mut st, node);
+            self.charge(&mut st, node, marks);
         }
         self.flush_open(&mut st, node);
         let nd = &mut st.nodes[node];
@@ -421,14 +422,13 @@ impl Machine {
         st.nodes[node].main == Main::Dead
     }
 
-    /// Charges the CPU time since the last call to the node's clock. Automatic-update stores
+    /// Charges the CPU time since the last call (up to `marks`: the thread's CPU clock and the
+    /// stamp, which the caller reads before it takes the machine's lock) to the node's clock. Automatic-update stores
     /// the program made in the interval ([`Machine::buffer_store`]) become the node's pending
     /// stores: the interval's compute is spread over the gaps before, between and after them
     /// in proportion to the wall time of each gap, and the scheduler applies them in time
     /// order ([`Machine::dispatch`]). Returns whether stores are pending.
-    fn charge(&self, st: &mut State, node: usize) -> bool {
-        let cpu = thread_cpu_ns();
-        let now_stamp = stamp();
+    fn charge(&self, st: &mut State, node: usize, (cpu, now_stamp): (u64, u64)) -> bool {
         let mark = CPU_MARK.with(|c| c.get());
         let real = cpu.saturating_sub(mark);
         STORES.with(|b| {
@@ -533,12 +533,20 @@ impl Machine {
     /// Starts a library call on `node`: on its main thread, charges compute and waits until
     /// the node is the earliest; elsewhere, waits for the node's turn (or rides on it).
     pub fn enter(&self, node: usize) -> Result<(Guard<'_>, Caller)> {
+        let main = self.is_main_thread(node);
+        // The interval ends here, before the machine's lock: the time spent waiting for
+        // the lock (a spin, a futex call) is the simulator's, not the program's.
+        let marks = if main {
+            (thread_cpu_ns(), stamp())
+        } else {
+            (0, 0)
+        };
         let mut st = self.lock();
         if self.dead(&st, node) {
             return Err(Error::PeerLost(format!("node {node} (this node) is dead")));
         }
-        if self.is_main_thread(node) {
-            let pending = self.charge(&mut st, node);
+        if main {
+            let pending = self.charge(&mut st, node, marks);
             let main = st.nodes[node].main;
             if pending && main == Main::Running {
                 // The stores take effect in time order among the other nodes' events; the
