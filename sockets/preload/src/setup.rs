@@ -7,9 +7,13 @@
 //! - a listening socket announces its port (`l<port>`, holding the process id and its start
 //!   time, so that a file left by a killed listener never names a later process);
 //! - a connecting socket that finds a live announcement for its destination binds to a
-//!   loopback port first and announces that port (`c<port>`) *before* it connects, so the
-//!   accepting side knows from the peer's address alone whether to expect a hello, without
-//!   waiting for data a plain client would never send.
+//!   loopback port first and announces that port (`c<port>`, holding the process id, its
+//!   start time and the destination port) *before* it connects, so the accepting side knows
+//!   from the peer's address alone whether to expect a hello, without waiting for data a
+//!   plain client would never send. A marker whose process is gone (killed before its
+//!   connection was accepted) or that names another destination does not make the accepting
+//!   side wait: a later plain client that gets the same port is served at once, and the
+//!   file of a dead process is removed.
 //!
 //! Then the connecting side sends the hello of [`sockets::Offer`] over the connection itself,
 //! which stays open as the setup socket (wake-ups, end of file), and returns without waiting
@@ -66,6 +70,19 @@ fn parse_announcement(text: &str) -> Option<(i32, u64)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
+/// Whether process `pid` exists and started at `start` (where its /proc entry is hidden,
+/// its existence decides).
+fn same_process(pid: i32, start: u64) -> bool {
+    alive(pid) && start_time(pid).is_none_or(|t| t == start)
+}
+
+/// A connect marker: the connecting process, when it started, and the port it connects to.
+fn parse_marker(text: &str) -> Option<(i32, u64, u16)> {
+    let mut it = text.split_whitespace();
+    let (pid, start) = parse_announcement(text)?;
+    Some((pid, start, it.nth(2)?.parse().ok()?))
+}
+
 /// Announces a listening port. The file appears whole (written aside, then renamed), so a
 /// connecting process never reads half an announcement.
 pub fn announce_listener(port: u16) {
@@ -101,10 +118,7 @@ fn listener_live(port: u16) -> bool {
     std::fs::read_to_string(registry().join(format!("l{port}")))
         .ok()
         .and_then(|s| parse_announcement(&s))
-        .is_some_and(|(p, start)| {
-            // Where another user's /proc entries are hidden, the process's existence decides.
-            alive(p) && start_time(p).is_none_or(|t| t == start)
-        })
+        .is_some_and(|(p, start)| same_process(p, start))
 }
 
 /// The loopback IPv4/IPv6 address and port in `addr`, if it is one.
@@ -360,7 +374,7 @@ pub unsafe fn connect(fd: i32, addr: *const libc::sockaddr, len: libc::socklen_t
     }
     let me = bind_loopback(fd)?;
     let marker = registry().join(format!("c{me}"));
-    let _ = std::fs::write(&marker, pid().to_string());
+    let _ = std::fs::write(&marker, format!("{} {port}", announcement()));
     let real_connect = real!(connect: fn(i32, *const libc::sockaddr, libc::socklen_t) -> i32);
     // SAFETY: the caller's address.
     let mut rc = unsafe { real_connect(fd, addr, len) };
@@ -417,12 +431,30 @@ pub fn accepted(fd: i32) -> Result<(), i32> {
     // The connecting process may be gone already (it wrote, closed and exited): what it
     // wrote waits in the rings.
     let marker = registry().join(format!("c{port}"));
-    if !marker.exists() {
+    let Ok(text) = std::fs::read_to_string(&marker) else {
+        return Ok(());
+    };
+    // A marker that names another destination is another connection's (a plain client may
+    // get the same source port for another destination): not for us.
+    let Some((pid, start, dest)) = parse_marker(&text) else {
+        return Ok(());
+    };
+    if local_port(fd).is_none_or(|(p, _)| p != dest) {
         return Ok(());
     }
+    // A connecting process that is gone sent its hello before it could go, or never will
+    // (killed before it connected): look without waiting.
+    let live = same_process(pid, start);
     let mut magic = [0u8; 8];
-    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let deadline = if live {
+        Instant::now() + HELLO_TIMEOUT
+    } else {
+        Instant::now()
+    };
     if !recv_exact(fd, &mut magic, libc::MSG_PEEK, deadline) || &magic != MAGIC {
+        if !live {
+            let _ = std::fs::remove_file(&marker);
+        }
         return Ok(());
     }
     let mut hello = [0u8; HELLO_LEN];

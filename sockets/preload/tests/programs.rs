@@ -985,6 +985,50 @@ fn an_announcement_left_by_a_dead_listener_is_ignored() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A connecting process killed before its connection was accepted leaves its marker, which
+/// names its loopback port; a later plain client that gets that port must be served at once
+/// by an interposed server that speaks first (before, its accept waited 5 s for a hello), and
+/// the dead process's file goes.
+#[test]
+fn a_connect_marker_left_by_a_dead_connector_is_ignored() {
+    let (_srv, mut so) = child("greeter", "");
+    let server: u16 = line(&mut so, "port").parse().expect("port");
+    // The plain client's port, bound before it connects, as a killed connector had it.
+    // SAFETY: a plain socket call; the descriptor is this test's (wrapped below).
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    assert!(fd >= 0, "socket");
+    // SAFETY: an all-zero sockaddr_in is a valid value.
+    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    a.sin_family = libc::AF_INET as libc::sa_family_t;
+    a.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a valid sockaddr_in of `len` bytes.
+    let rc = unsafe { libc::bind(fd, &a as *const _ as *const libc::sockaddr, len) };
+    assert_eq!(rc, 0, "bind");
+    let mut len2 = len;
+    // SAFETY: getsockname writes at most `len2` bytes into `a`.
+    unsafe { libc::getsockname(fd, &mut a as *mut _ as *mut libc::sockaddr, &mut len2) };
+    let mine = u16::from_be(a.sin_port);
+    let dir = Path::new(sockets::SHM_DIR);
+    let _ = std::fs::create_dir_all(dir);
+    // This process with a start time it never had: a connector that is gone.
+    let marker = dir.join(format!("c{mine}"));
+    std::fs::write(&marker, format!("{} 1 {server}", std::process::id())).expect("marker");
+    a.sin_port = server.to_be();
+    // SAFETY: as for bind.
+    let rc = unsafe { libc::connect(fd, &a as *const _ as *const libc::sockaddr, len) };
+    assert_eq!(rc, 0, "connect");
+    // SAFETY: `fd` is a connected socket this test owns.
+    let mut plain = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut greeting = [0u8; 5];
+    plain.read_exact(&mut greeting).expect("greeting");
+    assert_eq!(&greeting, b"hello");
+    assert!(
+        !marker.exists(),
+        "the dead connector's marker is still there"
+    );
+}
+
 #[test]
 fn interposed_and_plain_peers_talk_through_the_kernel() {
     // Interposed client, plain server (this process).
