@@ -79,8 +79,11 @@ fn same_process(pid: i32, start: u64) -> bool {
 /// A connect marker: the connecting process, when it started, and the port it connects to.
 fn parse_marker(text: &str) -> Option<(i32, u64, u16)> {
     let mut it = text.split_whitespace();
-    let (pid, start) = parse_announcement(text)?;
-    Some((pid, start, it.nth(2)?.parse().ok()?))
+    Some((
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    ))
 }
 
 /// Announces a listening port. The file appears whole (written aside, then renamed), so a
