@@ -36,6 +36,15 @@
 //! Time below `compute_floor_ns` per interval (the core's own bookkeeping around each call,
 //! already represented by the modelled per-call costs) is not charged.
 //!
+//! **One core per run.** Only the earliest node runs, so the node threads of a run share
+//! one of the process's cores (a different one for each run that the process starts, so
+//! that simulations at once spread over the cores; `VMMC_SIM_PIN=0` leaves them free). A
+//! node thread woken on another core than the last one's finds its caches cold, and the
+//! misses of its first microseconds are host CPU time like any other: at the scale of 120
+//! they added 0.2 to 6 virtual ms to single lock hand-overs of shared virtual memory, and
+//! the same run's median hand-over ranged from 22 us to 2 ms; on one core it is 22.4 us in
+//! nearly every run.
+//!
 //! ## Calibration
 //! With the default parameters the ping-pong benchmark (`benches`, run with `--transport sim`)
 //! gives a one-word AU latency of 4.75 us with write-through memory and 3.70 us uncached, a
@@ -186,13 +195,19 @@ impl Sim {
         T: Send,
     {
         let f = &f;
+        let cpu = one_cpu();
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..self.m.n)
                 .map(|rank| {
                     let m = self.m.clone();
                     std::thread::Builder::new()
                         .name(format!("sim-node-{rank}"))
-                        .spawn_scoped(s, move || run_node(m, rank, f))
+                        .spawn_scoped(s, move || {
+                            if let Some(c) = cpu {
+                                pin(c);
+                            }
+                            run_node(m, rank, f)
+                        })
                         .expect("spawn a node thread")
                 })
                 .collect();
@@ -231,6 +246,49 @@ impl Sim {
     /// Packets the incoming page tables refused.
     pub fn ipt_errors(&self) -> Vec<IptError> {
         self.m.lock().ipt_errors.clone()
+    }
+}
+
+/// The environment variable that keeps the node threads off one core (`VMMC_SIM_PIN=0`).
+pub const PIN_VAR: &str = "VMMC_SIM_PIN";
+
+/// The core a run's node threads share: one of the cores this process may use, a different
+/// one for each run of the process (several simulations at once spread over the cores), or
+/// none (`VMMC_SIM_PIN=0`, or only one core allowed).
+///
+/// (The crate docs, "One core per run", say why.)
+fn one_cpu() -> Option<usize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    if std::env::var(PIN_VAR).is_ok_and(|v| v == "0" || v == "off") {
+        return None;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and sched_getaffinity fills the one
+    // we pass with its size.
+    let allowed: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    };
+    if allowed.len() < 2 {
+        return None;
+    }
+    let k = NEXT.fetch_add(1, Ordering::Relaxed) + std::process::id() as usize;
+    Some(allowed[k % allowed.len()])
+}
+
+/// Keeps the calling thread on `cpu` (a failure leaves it where it was: only the charge's
+/// noise depends on it).
+fn pin(cpu: usize) {
+    // SAFETY: as in `one_cpu`; sched_setaffinity with pid 0 sets the calling thread's mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 

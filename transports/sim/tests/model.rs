@@ -537,3 +537,39 @@ fn buffered_stores_of_two_nodes_share_a_receiver() {
         ends[0]
     );
 }
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+#[test]
+fn the_node_threads_of_a_run_share_one_core() {
+    if allowed_cpus().len() < 2 || std::env::var_os(vmmc_sim::PIN_VAR).is_some() {
+        eprintln!("skipped: one core allowed here, or VMMC_SIM_PIN is set");
+        return;
+    }
+    let sim = Sim::new(4, params(&[])).unwrap();
+    let cpus: Vec<Vec<usize>> = sim
+        .run(|_ep| allowed_cpus())
+        .into_iter()
+        .map(|o| match o {
+            Outcome::Returned(c) => c,
+            other => panic!("a node ended with {other:?}"),
+        })
+        .collect();
+    assert_eq!(cpus[0].len(), 1, "node 0 may run on {:?}", cpus[0]);
+    assert!(cpus.iter().all(|c| *c == cpus[0]), "{cpus:?}");
+    // The thread that ran the simulation is left as it was.
+    assert!(allowed_cpus().len() >= 2);
+}
