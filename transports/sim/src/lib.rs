@@ -43,7 +43,8 @@
 //! misses of its first microseconds are host CPU time like any other: at the scale of 120
 //! they added 0.2 to 6 virtual ms to single lock hand-overs of shared virtual memory, and
 //! the same run's median hand-over ranged from 22 us to 2 ms; on one core it is 22.4 us in
-//! nearly every run.
+//! nearly every run. A thread that a node's program starts inherits the core (such threads
+//! are outside the schedule anyway, see "What is not modelled").
 //!
 //! ## Calibration
 //! With the default parameters the ping-pong benchmark (`benches`, run with `--transport sim`)
@@ -249,7 +250,8 @@ impl Sim {
     }
 }
 
-/// The environment variable that keeps the node threads off one core (`VMMC_SIM_PIN=0`).
+/// The environment variable that lets a run's node threads run on any core
+/// (`VMMC_SIM_PIN=0`; by default they share one).
 pub const PIN_VAR: &str = "VMMC_SIM_PIN";
 
 /// The core a run's node threads share: one of the cores this process may use, a different
