@@ -463,8 +463,8 @@ fn lock_contended(s: &mut Svm, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmm
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     };
-    // Per node: time in the loop, remote acquires, and the loop's start and end (wall clock).
-    let per = s.alloc::<u64>(8, Placement::Node(0))?;
+    // Per node: remote acquires, and the loop's start and end (wall clock).
+    let per = s.alloc::<u64>(6, Placement::Node(0))?;
     // Set, under the lock, by the first node to have made its hand-overs.
     let done = s.alloc::<u32>(1, Placement::Node(0))?;
     if me <= 1 && s.size() > 1 {
@@ -495,23 +495,22 @@ fn lock_contended(s: &mut Svm, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmm
                 break;
             }
         }
-        let (t, w1) = (now_ns() - t0, wall());
+        let w1 = wall();
         if !remote.is_empty() {
             out.insert("lock_contended".into(), median(&mut remote));
         }
         let v = s.view(per);
-        v.set(4 * me, t)?;
-        v.set(4 * me + 1, s.stats().remote_acquires - before)?;
-        v.set(4 * me + 2, w0)?;
-        v.set(4 * me + 3, w1)?;
+        v.set(3 * me, s.stats().remote_acquires - before)?;
+        v.set(3 * me + 1, w0)?;
+        v.set(3 * me + 2, w1)?;
     } else {
         s.barrier()?;
     }
     s.barrier()?;
     if me == 0 && s.size() > 1 && !out.contains_key("lock_contended") {
         let w = s.view(per).to_vec()?;
-        let handed = (w[1] + w[5]).max(1) as f64;
-        let span = w[3].min(w[7]).saturating_sub(w[2].max(w[6]));
+        let handed = (w[0] + w[3]).max(1) as f64;
+        let span = w[2].min(w[5]).saturating_sub(w[1].max(w[4]));
         if span > 0 {
             out.insert("lock_contended".into(), span as f64 / 1e3 / handed);
         }

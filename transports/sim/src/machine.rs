@@ -423,8 +423,8 @@ impl Machine {
     }
 
     /// Charges the CPU time since the last call (up to `marks`: the thread's CPU clock and the
-    /// stamp, which the caller reads before it takes the machine's lock) to the node's clock. Automatic-update stores
-    /// the program made in the interval ([`Machine::buffer_store`]) become the node's pending
+    /// stamp, which the caller reads before it takes the machine's lock) to the node's clock.
+    /// Automatic-update stores the program made in the interval ([`Machine::buffer_store`]) become the node's pending
     /// stores: the interval's compute is spread over the gaps before, between and after them
     /// in proportion to the wall time of each gap, and the scheduler applies them in time
     /// order ([`Machine::dispatch`]). Returns whether stores are pending.
