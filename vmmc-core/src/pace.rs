@@ -43,6 +43,14 @@ pub enum Cost {
     /// A synchronisation call that a protocol library satisfies without communicating (a
     /// lock whose token is already here): its bookkeeping on the node's CPU.
     LocalSync,
+    /// Computation the program states rather than performs: this many nanoseconds of the
+    /// node's time (a benchmark's hold of a lock, a model of work). A paced transport
+    /// advances the node's clock by it, beside the charge for the host time the program
+    /// really spent; elsewhere nothing happens, and a program that must take the time
+    /// spends it itself. A program that instead spins on [`now_ns`] until a virtual
+    /// deadline advances only by its charges, which depend on the host, and never without
+    /// them.
+    Compute(u64),
 }
 
 /// Charges the calling thread's node the modelled cost of `what` (nothing without a pacer).

@@ -29,6 +29,11 @@
 //! has left memory. [`vmmc::pace::now_ns`] reads the calling node's clock. The same program
 //! with the same inputs and parameters therefore gives the same communication times and
 //! statistics, up to the compute charges (set `cpu.compute_scale = 0` to remove them).
+//! A program may also state computation that it does not perform
+//! ([`vmmc::pace::charge`]`(`[`vmmc::pace::Cost::Compute`]`(ns))`): the node's clock moves
+//! by exactly `ns`. A loop that instead spins on `now_ns` until a virtual deadline moves
+//! only by the compute charges of its turns, which depend on the host, and at
+//! `compute_scale = 0` never ends.
 //!
 //! **Compute time.** The default scale, 120, makes a current core stand for the 60 MHz
 //! Pentium: the Pentium retired about one instruction per cycle on integer code (60 to 100
@@ -365,6 +370,13 @@ impl Pacer for NodePacer {
                 nd.stats.access_faults += 1;
             }
             Cost::LocalSync => nd.clock += self.m.p.costs.local_sync_ns,
+            Cost::Compute(ns) => {
+                // Bounded as every modelled time is (`params::MAX_NS`), so that the clock's
+                // arithmetic cannot overflow.
+                let ns = ns.min(params::MAX_NS as u64);
+                nd.clock = nd.clock.saturating_add(ns);
+                nd.stats.compute_ns = nd.stats.compute_ns.saturating_add(ns);
+            }
             _ => {}
         }
         self.m.leave(st, caller);

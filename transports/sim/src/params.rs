@@ -18,7 +18,7 @@ pub const PARAMS_VAR: &str = "VMMC_SIM_PARAMS";
 pub const SET_VAR: &str = "VMMC_SIM_SET";
 
 /// Largest time parameter, ns (1000 s: far beyond any modelled cost, far below overflow).
-const MAX_NS: i64 = 1_000_000_000_000;
+pub(crate) const MAX_NS: i64 = 1_000_000_000_000;
 /// Largest rate (MB/s, MHz) or scale.
 const MAX_RATE: f64 = 1e6;
 /// Largest size or count (1 GiB).

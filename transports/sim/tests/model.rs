@@ -573,3 +573,44 @@ fn the_node_threads_of_a_run_share_one_core() {
     // The thread that ran the simulation is left as it was.
     assert!(allowed_cpus().len() >= 2);
 }
+
+/// Computation a program states (`Cost::Compute`) moves its node's clock by exactly that
+/// much, shows in the statistics, and orders the node's next message after it; a spin on
+/// the virtual clock at `cpu.compute_scale = 0` would never end, since nothing charges it.
+#[test]
+fn stated_computation_advances_the_clock_exactly() {
+    use vmmc::pace::{charge, Cost};
+    const WORK: u64 = 3_000_000;
+    let sim = Sim::new(2, params(&["cpu.compute_scale=0"])).unwrap();
+    let t = returned(sim.run(|ep| {
+        let (r, px) = mesh(&ep);
+        if ep.rank() == 0 {
+            let t0 = now_ns();
+            charge(Cost::Compute(WORK));
+            let took = now_ns() - t0;
+            px[1]
+                .as_ref()
+                .unwrap()
+                .send(0, &1u32.to_ne_bytes())
+                .unwrap();
+            took
+        } else {
+            wait_word(&r, 0, 1);
+            now_ns()
+        }
+    }));
+    assert_eq!(
+        t[0], WORK,
+        "the clock moved by the stated work and nothing else"
+    );
+    assert!(
+        t[1] > WORK,
+        "the message left after the work: arrived at {} ns",
+        t[1]
+    );
+    assert!(
+        sim.stats().nodes[0].compute_ns >= WORK,
+        "counted as computation: {:?}",
+        sim.stats().nodes[0]
+    );
+}
