@@ -243,8 +243,6 @@ fn pair_median(t0: u64, ends: &[u64], held0: &[u64], held1: &[u64]) -> f64 {
     median(&mut v)
 }
 
-/// How long a holder computes in the hand-over measurements (the transport's clock: long
-/// enough for the other side's request to arrive, and for it to fall asleep).
 /// Computes, outside every library, until `hold` has passed since `since` on the transport's
 /// clock. On the simulator the rest of the hold is stated ([`Cost::Compute`]) rather than
 /// spun: a spin on the virtual clock advances only by the compute charges of its turns,
@@ -259,6 +257,8 @@ fn compute_until(since: u64, hold: u64) {
     }
 }
 
+/// How long a holder computes in the hand-over measurements (the transport's clock: long
+/// enough for the other side's request to arrive, and for it to fall asleep).
 fn hold_ns() -> u64 {
     if vmmc::pace::is_paced() {
         3_000_000
