@@ -130,6 +130,7 @@
 //! are correct but their virtual times are not exactly repeatable.
 #![deny(missing_docs)]
 
+mod clock;
 mod config;
 mod error;
 mod service;

@@ -1,6 +1,7 @@
 //! A node's view of the shared space: the page table, twins, intervals, and the calls a
 //! program makes.
 
+use crate::clock;
 use crate::config::{Config, Protocol};
 use crate::service::{Peers, Service, State, To, Waiter, Wake};
 use crate::stats::{RunStats, Stats};
@@ -359,6 +360,8 @@ pub struct Svm {
     unpublished: RefCell<Vec<bool>>,
     next_alloc: usize,
     seq: Cell<u32>,
+    /// The vector timestamp a request carries (reused: no allocation on a lock's path).
+    req_vt: RefCell<Vec<u32>>,
     epoch: u32,
     sent_to_barrier: u32,
     stats: RefCell<Stats>,
@@ -380,6 +383,7 @@ impl Svm {
     /// with the same configuration, else [`Error::Mismatch`]).
     pub fn new(ep: Endpoint, cfg: Config) -> Result<Svm> {
         cfg.validate()?;
+        clock::init();
         let (n, me) = (ep.size(), ep.rank());
         if n > NO_HOME as usize {
             return Err(Error::Config(format!("{n} nodes")));
@@ -507,6 +511,7 @@ impl Svm {
             unpublished: RefCell::new(vec![false; n]),
             next_alloc: 0,
             seq: Cell::new(0),
+            req_vt: RefCell::new(Vec::new()),
             epoch: 0,
             sent_to_barrier: 0,
             stats: RefCell::new(Stats::default()),
@@ -707,13 +712,13 @@ impl Svm {
     #[cold]
     fn read_fault(&self, p: usize) -> Result<()> {
         let _in = self.svc.awake();
-        let t0 = pace::now_ns();
+        let t0 = clock::stamp();
         pace::charge(Cost::AccessFault);
         self.fetch(p)?;
         self.state[p].set(READ);
         let mut s = self.stats.borrow_mut();
         s.read_faults += 1;
-        s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        s.protocol_ns += clock::since(t0);
         Ok(())
     }
 
@@ -725,7 +730,7 @@ impl Svm {
         // Timed where it communicates or costs modelled time; on shm a fault that is only
         // bookkeeping would cost twice as much with its two clock reads.
         let timed = _in.is_some() || pace::is_paced();
-        let t0 = if timed { pace::now_ns() } else { 0 };
+        let t0 = timed.then(clock::stamp);
         pace::charge(Cost::AccessFault);
         let home = self.home[p];
         if home == NO_HOME {
@@ -745,8 +750,8 @@ impl Svm {
         let through_binding = home as usize != self.me && self.cfg.protocol == Protocol::Aurc;
         self.state[p].set(if through_binding { WRITE } else { DIRECT });
         s.write_faults += 1;
-        if timed {
-            s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        if let Some(t0) = t0 {
+            s.protocol_ns += clock::since(t0);
         }
         Ok(())
     }
@@ -910,7 +915,7 @@ impl Svm {
         if dirty.is_empty() {
             return Ok(());
         }
-        let t0 = pace::now_ns();
+        let t0 = clock::stamp();
         dirty.sort_unstable();
         let k = self.svc.lock().vt[self.me] + 1;
         let mut versions: Vec<Vec<u32>> = vec![Vec::new(); self.n];
@@ -1007,7 +1012,7 @@ impl Svm {
         }
         let mut s = self.stats.borrow_mut();
         s.write_notices_sent += dirty.len() as u64;
-        s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        s.protocol_ns += clock::since(t0);
         Ok(())
     }
 
@@ -1138,7 +1143,7 @@ impl Svm {
         &self,
         (kind, id, arg): (u32, u32, u32),
         mgr: usize,
-        vt: Vec<u32>,
+        vt: &[u32],
         what: &str,
     ) -> Result<Vec<u32>> {
         let seq = self.next_seq();
@@ -1147,7 +1152,7 @@ impl Svm {
             let w = Waiter {
                 from: self.me,
                 seq,
-                vt,
+                vt: vt.to_vec(),
             };
             if kind == S_LOCK {
                 self.svc.lock_request(&mut st, id, w)?;
@@ -1163,7 +1168,7 @@ impl Svm {
                 arg,
                 from: self.me as u32,
                 aux: 0,
-                vector: &vt,
+                vector: vt,
             };
             self.svc.post_slot(
                 &mut self.stats.borrow_mut(),
@@ -1206,7 +1211,9 @@ impl Svm {
                 self.stats.borrow_mut().local_acquires += 1;
                 return Ok(());
             }
-            let vt = st.vt.clone();
+            let mut vt = self.req_vt.take();
+            vt.clear();
+            vt.extend_from_slice(&st.vt);
             // The request goes to the probable tail of the lock's queue.
             let to = self.svc.lock_target(&mut st, lock)?;
             if to == self.me {
@@ -1218,8 +1225,10 @@ impl Svm {
             (vt, to)
         };
         // The clock only where the acquire is remote: a local one costs less than reading it.
-        let t0 = pace::now_ns();
-        let notices = self.request_grant((S_LOCK, lock, 0), to, vt, "a lock grant")?;
+        let t0 = clock::stamp();
+        let got = self.request_grant((S_LOCK, lock, 0), to, &vt, "a lock grant");
+        self.req_vt.replace(vt);
+        let notices = got?;
         let new = {
             let mut st = self.svc.lock();
             st.token[l] = true;
@@ -1229,7 +1238,7 @@ impl Svm {
         self.invalidate(new)?;
         let mut s = self.stats.borrow_mut();
         s.remote_acquires += 1;
-        s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        s.protocol_ns += clock::since(t0);
         Ok(())
     }
 
@@ -1252,10 +1261,10 @@ impl Svm {
         self.svc.check_failed()?;
         st.held[lock as usize] = false;
         if st.waiter[lock as usize].is_some() {
-            let t0 = pace::now_ns();
+            let t0 = clock::stamp();
             self.svc.pass_on(&mut st, lock)?;
             self.svc.unlock(st)?;
-            self.stats.borrow_mut().protocol_ns += pace::now_ns().saturating_sub(t0);
+            self.stats.borrow_mut().protocol_ns += clock::since(t0);
             return Ok(());
         }
         drop(st);
@@ -1305,15 +1314,15 @@ impl Svm {
     pub fn flag_wait(&mut self, flag: u32, value: u32) -> Result<()> {
         self.check_flag(flag, value)?;
         let _in = self.svc.awake();
-        let t0 = pace::now_ns();
+        let t0 = clock::stamp();
         self.close_interval()?;
         let vt = self.svc.lock().vt.clone();
         let notices =
-            self.request_grant((S_FLAG, flag, value), flag as usize % self.n, vt, "a flag")?;
+            self.request_grant((S_FLAG, flag, value), flag as usize % self.n, &vt, "a flag")?;
         self.apply_notices(&notices)?;
         let mut s = self.stats.borrow_mut();
         s.flag_waits += 1;
-        s.protocol_ns += pace::now_ns().saturating_sub(t0);
+        s.protocol_ns += clock::since(t0);
         Ok(())
     }
 
@@ -1334,7 +1343,7 @@ impl Svm {
     /// `extra` at node 0.
     fn collective(&mut self, sig: u64, extra: &[u64], what: &str) -> Result<Option<Vec<Vec<u64>>>> {
         let _in = self.svc.awake();
-        let t0 = pace::now_ns();
+        let t0 = clock::stamp();
         self.close_interval()?;
         self.epoch = self.epoch.wrapping_add(1).max(1);
         let epoch = self.epoch;
@@ -1413,7 +1422,7 @@ impl Svm {
         self.apply_notices(&notices)?;
         let mut s = self.stats.borrow_mut();
         s.barriers += 1;
-        let dt = pace::now_ns().saturating_sub(t0);
+        let dt = clock::since(t0);
         s.barrier_wait_ns += dt;
         s.protocol_ns += dt;
         Ok(gathered.map(|g| g.1))
