@@ -751,6 +751,14 @@ impl<'a> Wait<'a> {
         !matches!(self.phase, Phase::First | Phase::Spin)
     }
 
+    /// Whether the wait is yielding its core (processes outnumber cores, and it has not
+    /// slept yet): the one it waits for may simply not have run yet, which a notification
+    /// would not change.
+    #[inline]
+    pub fn yielding(&self) -> bool {
+        self.phase == Phase::Yield
+    }
+
     /// Whether the wait slept at least once.
     pub fn slept(&self) -> bool {
         self.slept
