@@ -47,9 +47,12 @@ pub(crate) fn since(s: Stamp) -> u64 {
 }
 
 /// Measures the counter's rate, if the counter is used (call before timing anything: the
-/// measurement spins for [`CALIBRATE`]).
+/// measurement spins for [`CALIBRATE`]). Not under a pacer, whose virtual clock times the
+/// protocol and which would charge the spin as the node's computation.
 pub(crate) fn init() {
-    RATE.get_or_init(rate);
+    if !pace::is_paced() {
+        RATE.get_or_init(rate);
+    }
 }
 
 /// How long the rate is measured: the two clocks are read about 40 ns apart at each end,
