@@ -76,6 +76,10 @@ pub(crate) struct Service {
     pub failed: Mutex<Option<(Option<usize>, String)>>,
     /// Whether `failed` holds an error (read on every call without the mutex).
     pub has_failed: std::sync::atomic::AtomicBool,
+    /// Set by a thread whose [`Service::try_serve`] found the state locked: the holder (the
+    /// notification handler; the program's thread serves again itself before it leaves the
+    /// library) serves once more after it lets go.
+    pub again: std::sync::atomic::AtomicBool,
     /// Messages the service sent.
     pub sent: Mutex<Stats>,
     /// The transport reads remote memory: a sender can see a receiver's `awake` word and
@@ -721,14 +725,40 @@ impl Service {
         Ok(())
     }
 
-    /// Serves if nobody else is (the program's thread while it waits).
+    /// Serves if nobody else is (the program's thread while it waits or as it leaves the
+    /// library); if somebody is, that one serves again after it lets go
+    /// ([`Service::served_by_handler`]): its pass may have looked at a slot before our
+    /// request landed there, and the requester, which saw this node inside the library,
+    /// left the answer to it and rings nobody.
     pub fn try_serve(&self) -> Result<()> {
+        use std::sync::atomic::{fence, Ordering};
         self.check_failed()?;
+        // Dekker with the holder's look in `served_by_handler`: either our attempt finds the
+        // lock free or the holder sees the flag.
+        self.again.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         if let Ok(mut st) = self.st.try_lock() {
+            self.again.store(false, Ordering::Relaxed);
             self.serve(&mut st)?;
             self.unlock(st)?;
         }
         Ok(())
+    }
+
+    /// The notification handler's pass: serves everything, then once more while the
+    /// program's thread found the state locked meanwhile (`try_serve`).
+    pub fn served_by_handler(&self) -> Result<()> {
+        use std::sync::atomic::{fence, Ordering};
+        loop {
+            let mut st = self.lock();
+            self.again.store(false, Ordering::Relaxed);
+            self.serve(&mut st)?;
+            self.unlock(st)?;
+            fence(Ordering::SeqCst);
+            if !self.again.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+        }
     }
 
     /// Records the first error the service met outside the program's calls.

@@ -414,6 +414,7 @@ impl Svm {
             st: Mutex::new(State::new(n, me, cfg.locks, cfg.flags)),
             failed: Mutex::new(None),
             has_failed: std::sync::atomic::AtomicBool::new(false),
+            again: std::sync::atomic::AtomicBool::new(false),
             sent: Mutex::new(Stats::default()),
             remote_read: ep.caps().remote_read,
             async_sends: cfg.async_sends,
@@ -433,9 +434,7 @@ impl Svm {
             &ctl,
             ExportOptions::new().handler(move |_| {
                 if let Some(s) = weak.upgrade() {
-                    let mut st = s.lock();
-                    let r = s.serve(&mut st);
-                    if let Err(e) = r.and_then(|_| s.unlock(st)) {
+                    if let Err(e) = s.served_by_handler() {
                         s.fail(e);
                     }
                     // A program asleep in a wait looks again (the core's notification thread
