@@ -16,7 +16,9 @@
 //! for that process alone, imports the connecting ring and writes `[ring id, capacity,
 //! sequence]` into its header words `ACC_ID..ACC_SEQ` (see [`crate::ring`]), with a
 //! notification. The connecting side learns the listener's ring from these words when it
-//! first needs it (its first write, a wait, or its close), and imports it. Slots are free
+//! first needs it (its first write, a wait, or its close), and imports it; if the listener's
+//! side has closed by then (and so unexported its ring), nothing is imported: reads take
+//! what it wrote and then the end of file, writes fail with `BrokenPipe`. Slots are free
 //! again once their request is answered; a process with [`BACKLOG`] requests pending to one
 //! listener waits in its next `connect` until one is accepted.
 //!
@@ -34,7 +36,7 @@
 //! notification handler signals, in slices that bound the time to notice a dead peer.
 
 use crate::error::Error;
-use crate::ring::{would_block, Conn, Peer, PeerRing, ACC_ID, ACC_SEQ, HEADER};
+use crate::ring::{would_block, Conn, Peer, PeerRing, ACC_ID, ACC_SEQ, CLOSED, HEADER};
 use crate::stream::{Options, VmmcStream};
 use std::collections::BTreeMap;
 use std::io;
@@ -143,20 +145,33 @@ fn lost(p: ProcId) -> io::Error {
     )
 }
 
-/// Imports `owner`'s buffer `id`, waiting for its export while `owner` lives.
+/// The connecting side's first use of a connection whose listener side had already closed.
+fn peer_closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the peer closed the connection before this side first used it",
+    )
+}
+
+/// Imports `owner`'s buffer `id`, waiting for its export while `owner` lives and until
+/// `gone` says the buffer will not come (then `WouldBlock`, as at the deadline).
 fn import_within(
     ep: &Endpoint,
     owner: ProcId,
     id: BufId,
     paced: bool,
     deadline: Option<u64>,
+    gone: impl Fn() -> bool,
 ) -> io::Result<Proxy> {
     let mut req = ep.import_async(owner, id).map_err(Error::from)?;
     wait_for(
         paced,
         None,
         deadline,
-        || req.status().map_err(|e| Error::from(e).into()),
+        || match req.status().map_err(|e| io::Error::from(Error::from(e)))? {
+            None if gone() => Err(would_block()),
+            r => Ok(r),
+        },
         || ep.check_peer(owner).map_err(|_| lost(owner)),
     )
 }
@@ -277,6 +292,12 @@ impl JobCtl {
         if let Some(peer) = once.get() {
             return Ok(peer);
         }
+        // The listener's side closed: its ring is unexported (after it set `CLOSED` here),
+        // and an import of it would wait for nothing.
+        let closed = || incoming.load_u32(CLOSED).is_ok_and(|c| c != 0);
+        if closed() {
+            return Err(peer_closed());
+        }
         if p.done.load(Ordering::Relaxed) {
             return Err(refused("the connection was not accepted"));
         }
@@ -316,7 +337,8 @@ impl JobCtl {
             if !valid_capacity(cap) {
                 return Err(Error::Handshake(format!("bad listener ring capacity {cap}")).into());
             }
-            let proxy = import_within(&self.ep, self.peer, id, self.paced, None)?;
+            let proxy = import_within(&self.ep, self.peer, id, self.paced, None, closed)
+                .map_err(|e| if closed() { peer_closed() } else { e })?;
             Ok(Peer {
                 cap,
                 ring: PeerRing::Imported(proxy),
@@ -557,7 +579,7 @@ impl JobListener {
         // The requester exported its ring before it wrote the request: the import is granted
         // at once, or the request is broken (bounded, WouldBlock).
         let deadline = vmmc::pace::now_ns() + RING_GRANT.as_nanos() as u64;
-        let proxy = match import_within(ep, client, id, self.paced, Some(deadline)) {
+        let proxy = match import_within(ep, client, id, self.paced, Some(deadline), || false) {
             Ok(p) => p,
             Err(e) => {
                 ctl.close();
@@ -602,7 +624,14 @@ pub(crate) fn connect(
     let paced = vmmc::pace::is_paced();
     let peer = ep.proc_of(rank).map_err(Error::from)?;
     let cap = ring_capacity(&opts)?;
-    let listen = import_within(ep, peer, LISTEN_BASE + BufId::from(port), paced, None)?;
+    let listen = import_within(
+        ep,
+        peer,
+        LISTEN_BASE + BufId::from(port),
+        paced,
+        None,
+        || false,
+    )?;
     if listen.len() < ep.size() * BACKLOG * SLOT {
         return Err(Error::Handshake("the listen buffer is too small".into()).into());
     }

@@ -78,7 +78,7 @@ pub const HEADER: usize = 64;
 const TAIL: usize = 0;
 const ACK: usize = 4;
 const FIN: usize = 8;
-const CLOSED: usize = 12;
+pub(crate) const CLOSED: usize = 12;
 const WAITS_DATA: usize = 16;
 const WAITS_SPACE: usize = 20;
 pub(crate) const WAKE: usize = 24;
@@ -808,20 +808,32 @@ impl Conn {
                 self.received.fetch_add(n as u64, Ordering::Relaxed);
                 return Ok(n);
             }
-            if self.rd_shut.load(Ordering::Relaxed) || word(&self.incoming, FIN) != 0 {
+            if self.rd_shut.load(Ordering::Relaxed) {
                 return Ok(0);
             }
-            if self.peer_gone.load(Ordering::Relaxed) {
-                // The peer's process ended (its kernel socket closed) without closing the
-                // ring: end of file, as the kernel reports a killed peer's stream.
+            // The peer's process may have ended (its kernel socket closed) without closing
+            // the ring: end of file, as the kernel reports a killed peer's stream.
+            if word(&self.incoming, FIN) != 0 || self.peer_gone.load(Ordering::Relaxed) {
+                // The peer wrote its last data before its `FIN`, but after our look at
+                // the tail (the acquire load of `FIN` orders this second look after it):
+                // that data is read before the end of file.
+                if word(&self.incoming, TAIL) != *head {
+                    continue;
+                }
                 return Ok(0);
             }
             if flags.dontwait || self.nonblocking.load(Ordering::Relaxed) {
                 return Err(would_block());
             }
             if self.job().is_some_and(|j| !j.paced) {
-                // A sleeper asks the peer, in its ring, for a wake-up.
-                self.peer(true)?;
+                // A sleeper asks the peer, in its ring, for a wake-up. A peer that closed
+                // meanwhile has left its `FIN`, which the next turn reads.
+                if let Err(e) = self.peer(true) {
+                    if word(&self.incoming, CLOSED) == 0 {
+                        return Err(e);
+                    }
+                    continue;
+                }
             }
             let h = *head;
             self.wait(

@@ -553,3 +553,58 @@ fn shm_accepted_in_connect_order() {
         accepted_in_connect_order(&vmmc_run::init().unwrap(), variant_from_env())
     });
 }
+
+/// Data written just before a close is read before the end of file, also by a reader that
+/// looks at the ring while the last write and the close land (nonblocking reads in a loop).
+fn last_write_before_close(ep: &Endpoint, variant: Variant, rounds: u32) {
+    let port = PORT + 8;
+    if ep.rank() == 0 {
+        let l = JobListener::bind_with(ep, port, opts(variant)).expect("bind");
+        for round in 0..rounds {
+            let (s, _) = l.accept().expect("accept");
+            (&s).write_all(&round.to_le_bytes()).expect("write");
+        }
+    } else {
+        let peer = ep.proc_of(0).expect("rank 0");
+        for round in 0..rounds {
+            let s = VmmcStream::connect_job_with(ep, 0, port, opts(variant)).expect("connect");
+            s.set_nonblocking(true).expect("nonblocking");
+            let (mut got, mut b, mut spins) = (Vec::new(), [0u8; 8], 0u32);
+            loop {
+                match (&s).read(&mut b) {
+                    Ok(0) => break,
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        ep.check_peer(peer).expect("the writer's process");
+                        vmmc::pace::relax(&mut spins);
+                    }
+                    Err(e) => panic!("round {round}: read: {e}"),
+                }
+            }
+            assert_eq!(
+                got,
+                round.to_le_bytes(),
+                "round {round}: what came before the end"
+            );
+        }
+    }
+}
+
+#[test]
+fn sim_last_write_before_close() {
+    for v in VARIANTS {
+        all_ok(
+            &on_sim(2, |ep| last_write_before_close(ep, v, 20)),
+            v.name(),
+        );
+    }
+}
+
+#[test]
+fn shm_last_write_before_close() {
+    for v in VARIANTS {
+        shm_job("shm_last_write_before_close", 2, v, || {
+            last_write_before_close(&vmmc_run::init().unwrap(), variant_from_env(), 400)
+        });
+    }
+}
