@@ -133,11 +133,15 @@ fn raw(ep: &Endpoint, o: &Opts, out: &mut BTreeMap<String, f64>) -> vmmc::Result
         return Ok(());
     }
     let peer = ep.import(ep.proc_of(1 - ep.rank())?, 0x2356_5001)?;
-    let mut tmp = vec![0u8; page];
+    // Into a page-aligned buffer, as the SVM's fetch reads (a destination a few bytes past
+    // the page's offset modulo 4 KiB makes the copy stall on 4K aliasing).
+    let mut tmp = vec![0u8; 2 * page];
+    let at = tmp.as_ptr().align_offset(page);
+    let tmp = &mut tmp[at..at + page];
     if ep.rank() == 0 {
         out.insert(
             "raw_get_page".into(),
-            timed(o, |i| peer.get_data(i * page, &mut tmp))?,
+            timed(o, |i| peer.get_data(i * page, tmp))?,
         );
     }
     // Ping-pong: rank 0 writes i+1 at the peer's flag word, waits for the echo in its own.
