@@ -377,6 +377,17 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), dst.len()) }
 }
 
+/// [`copy_bytes`] between raw pointers: for transports that copy into or out of mappings
+/// that other processes write.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`] for `len` bytes.
+#[inline]
+pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_small(src, dst, len) }
+}
+
 /// `copy_nonoverlapping` with the sizes of single values made constant, so that a word or a
 /// double word is one load and one store instead of a call to the C library's memmove (the
 /// element accessors of shared virtual memory copy one value at a time).
@@ -391,6 +402,18 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
             4 => std::ptr::copy_nonoverlapping(src, dst, 4),
             8 => std::ptr::copy_nonoverlapping(src, dst, 8),
             16 => std::ptr::copy_nonoverlapping(src, dst, 16),
+            n if n >= ALIGN_DST_ABOVE && aliased(src, dst) => {
+                // Backwards, a cache line at a time to 64-byte-aligned destinations (see
+                // `aliased`): the last bytes first, up to a line boundary.
+                let tail = (dst as usize + n) & 63;
+                let mut k = n - tail;
+                std::ptr::copy_nonoverlapping(src.add(k), dst.add(k), tail);
+                while k >= 64 {
+                    k -= 64;
+                    std::ptr::copy_nonoverlapping(src.add(k), dst.add(k), 64);
+                }
+                std::ptr::copy_nonoverlapping(src, dst, k);
+            }
             n if n >= ALIGN_DST_ABOVE && (src as usize ^ dst as usize) & 63 != 0 => {
                 // The bulk of the copy goes to a cache-line-aligned destination (see
                 // `ALIGN_DST_ABOVE`).
@@ -401,6 +424,21 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
             n => std::ptr::copy_nonoverlapping(src, dst, n),
         }
     }
+}
+
+/// Whether a forward copy from `src` to `dst` would stall on 4K aliasing: the destination
+/// 1 to 31 bytes ahead of the source modulo 4 KiB (measured byte by byte; 32 and more run at
+/// full speed), so that each load of the source looks like a load from an address the copy
+/// has just stored to (the processor compares only the low 12 bits at first). The C
+/// library's `memcpy` of 4 KiB then took 2.2 us instead of 0.1, and of 64 KiB 22-35 us
+/// instead of 1.3-1.6, on this machine (AMD EPYC); a backward copy by cache lines takes at
+/// most 0.18 and 4 us. It is the common case, not a corner: a large buffer from `malloc`
+/// starts 16 bytes into a page, and a received page or ring chunk is page-aligned (a fetch
+/// of shared virtual memory into such a buffer took 3.3 us instead of 1.2).
+#[inline(always)]
+fn aliased(src: *const u8, dst: *mut u8) -> bool {
+    let d = (dst as usize).wrapping_sub(src as usize) & 4095;
+    d != 0 && d < 32
 }
 
 /// Copies from this length up start with the bytes that bring the destination to a 64-byte
@@ -414,6 +452,35 @@ pub const ALIGN_DST_ABOVE: usize = 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_are_exact_at_every_relative_offset() {
+        // Every distance modulo 4 KiB that takes the backward path, and some that do not,
+        // for lengths around the thresholds.
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut dst = vec![0u8; 20_000 + 8192];
+        let s0 = src.as_ptr().align_offset(4096);
+        for off in (0..70).chain([4000, 4095]) {
+            for len in [
+                ALIGN_DST_ABOVE - 1,
+                ALIGN_DST_ABOVE,
+                4096,
+                4096 + 17,
+                10_000,
+            ] {
+                dst.fill(0);
+                let d0 = dst.as_ptr().align_offset(4096) + off;
+                let from = &src[s0..s0 + len];
+                copy_bytes(&mut dst[d0..d0 + len], from);
+                assert!(dst[d0..d0 + len] == *from, "offset {off}, length {len}");
+                assert!(dst[..d0].iter().all(|&b| b == 0), "before, offset {off}");
+                assert!(
+                    dst[d0 + len..].iter().all(|&b| b == 0),
+                    "after, offset {off}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn impossible_lengths_are_refused_not_overflowed() {

@@ -100,7 +100,7 @@ pub unsafe fn copy_ordered(dst: *mut u8, data: &[u8]) {
         if body >= 4096 && body >= stream_min() {
             stream_copy(dst, &data[..body]);
         } else {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, body);
+            crate::region::copy_raw(data.as_ptr(), dst, body);
         }
         AtomicU32::from_ptr(dst.add(body).cast()).store(last, Ordering::Release);
     }

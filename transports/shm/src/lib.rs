@@ -904,10 +904,9 @@ impl RemoteBuffer for RemoteShm {
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let _in = self.enter()?;
         if self.region.is_some() {
-            // SAFETY: bounds checked by the core; a raw copy from the shared mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len())
-            };
+            // SAFETY: bounds checked by the core; a raw copy from the shared mapping (the
+            // core's copy, which avoids the C library's slow cases).
+            unsafe { vmmc::region::copy_raw(self.base.add(offset), out.as_mut_ptr(), out.len()) };
             Ok(())
         } else {
             sys::vm_read(self.pid, self.addr + offset as u64, out).map_err(|e| {
