@@ -18,9 +18,18 @@
 //!
 //! ## Time
 //! Each node has a clock in virtual nanoseconds. A node computes freely between library
-//! calls; at each call the host CPU time the thread used since the previous call, less
+//! calls; at each call the host time the thread computed since the previous call, less
 //! `cpu.compute_floor_ns`, times `cpu.compute_scale`, is added to its clock (the *compute
-//! charge*), and the call's modelled cost follows. A scheduler keeps the nodes in time
+//! charge*), and the call's modelled cost follows. That host time is the thread's CPU time,
+//! or the wall time where that is less: the CPU clock leaves out the time the thread was not
+//! running, but reading it is a system call (0.3-1 us on the VMs measured here) of which
+//! half of each of the two reads falls inside the interval, while the wall clock is read in
+//! user space outside them both. On a 16-node SVM lock ping-pong those reads were half of a
+//! typical interval's CPU time (median 1.0 us of 25,000 intervals, 0.3 us without), and
+//! pushed 4-9% of the intervals past the floor, each charged x120, so that the run's median
+//! hand-over was 28.8 us in one run of four and 52-99 us in the others; with the lesser of the
+//! two it was 28.8 us in 3 of 4 runs, and the median of five rounds of `bench-svm` was 28.8 us
+//! in each of three runs. A scheduler keeps the nodes in time
 //! order: only the node with the earliest clock runs, and packets are written into memory
 //! by their delivery events, in time order, while no node runs. A node that polls (through
 //! [`vmmc::Region::wait_u32`], the conformance suite's waits, or [`vmmc::pace::relax`]) waits

@@ -230,6 +230,8 @@ thread_local! {
     static MAIN_OF: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
     /// Thread CPU time at the end of the last library call.
     static CPU_MARK: Cell<u64> = const { Cell::new(0) };
+    /// [`wall_ns`] at the end of the last library call.
+    static WALL_MARK: Cell<u64> = const { Cell::new(0) };
     /// [`stamp`] at the end of the last library call.
     static STAMP_MARK: Cell<u64> = const { Cell::new(0) };
     /// The automatic-update stores made since the last library call (main threads only).
@@ -283,6 +285,56 @@ fn measure_store_overhead() -> f64 {
     }
     // A loop that was de-scheduled or ran on a cold machine can only have taken longer.
     best
+}
+
+/// Nanoseconds of a monotonic clock (read in user space, through the vDSO: about 30 ns).
+fn wall_ns() -> u64 {
+    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The clocks read where a library call starts on a node's main thread, which end the
+/// interval of the program's own computation.
+#[derive(Clone, Copy, Default)]
+struct Marks {
+    cpu: u64,
+    wall: u64,
+    stamp: u64,
+}
+
+impl Marks {
+    /// Reads the clocks at the start of a call: the wall clock first, so that the interval
+    /// it ends leaves out the system call that reads the CPU clock.
+    fn now() -> Marks {
+        let wall = wall_ns();
+        let cpu = thread_cpu_ns();
+        Marks {
+            cpu,
+            wall,
+            stamp: stamp(),
+        }
+    }
+
+    /// The host time of the program's computation since the end of the last call: the
+    /// thread's CPU time, or the wall time where that is less. The CPU clock leaves out the
+    /// time the thread was not running (preempted, descheduled by the host), but it is
+    /// read by a system call (0.3-1 us on the VMs measured here), half of each of the two
+    /// reads falling inside the interval; the wall clock is read in user space outside
+    /// them both. Measured on a 16-node SVM lock ping-pong, the reads were half of a typical
+    /// interval's CPU time (crate docs, "Time").
+    fn interval(&self) -> u64 {
+        let cpu = self.cpu.saturating_sub(CPU_MARK.with(|c| c.get()));
+        let wall = self.wall.saturating_sub(WALL_MARK.with(|c| c.get()));
+        cpu.min(wall)
+    }
+}
+
+/// Ends a call on a node's main thread: the program's computation starts. The CPU clock
+/// first, then the wall clock (see [`Marks::interval`]).
+fn set_marks() {
+    CPU_MARK.with(|c| c.set(thread_cpu_ns()));
+    WALL_MARK.with(|c| c.set(wall_ns()));
+    STAMP_MARK.with(|c| c.set(stamp()));
 }
 
 pub(crate) fn thread_cpu_ns() -> u64 {
@@ -383,13 +435,12 @@ impl Machine {
         self.dispatch(&mut st);
         let st = self.wait_grant(st, node);
         drop(st);
-        CPU_MARK.with(|c| c.set(thread_cpu_ns()));
-        STAMP_MARK.with(|c| c.set(stamp()));
+        set_marks();
     }
 
     /// Called when a node's program has returned (or its thread unwound).
     pub fn end_node(&self, node: usize, dead: bool) {
-        let marks = (thread_cpu_ns(), stamp());
+        let marks = Marks::now();
         let mut st = self.lock();
         if self.is_main_thread(node) {
             // The program's stores were handed over by its last call (`run_node`); any left
@@ -422,15 +473,15 @@ impl Machine {
         st.nodes[node].main == Main::Dead
     }
 
-    /// Charges the CPU time since the last call (up to `marks`: the thread's CPU clock and the
-    /// stamp, which the caller reads before it takes the machine's lock) to the node's clock.
+    /// Charges the computation since the last call (up to `marks`, which the caller reads
+    /// before it takes the machine's lock; see [`Marks::interval`]) to the node's clock.
     /// Automatic-update stores the program made in the interval ([`Machine::buffer_store`]) become the node's pending
     /// stores: the interval's compute is spread over the gaps before, between and after them
     /// in proportion to the wall time of each gap, and the scheduler applies them in time
     /// order ([`Machine::dispatch`]). Returns whether stores are pending.
-    fn charge(&self, st: &mut State, node: usize, (cpu, now_stamp): (u64, u64)) -> bool {
-        let mark = CPU_MARK.with(|c| c.get());
-        let real = cpu.saturating_sub(mark);
+    fn charge(&self, st: &mut State, node: usize, marks: Marks) -> bool {
+        let real = marks.interval();
+        let now_stamp = marks.stamp;
         STORES.with(|b| {
             let mut b = b.borrow_mut();
             // One floor per interval (one library call), and the library's own path per
@@ -536,11 +587,7 @@ impl Machine {
         let main = self.is_main_thread(node);
         // The interval ends here, before the machine's lock: the time spent waiting for
         // the lock (a spin, a futex call) is the simulator's, not the program's.
-        let marks = if main {
-            (thread_cpu_ns(), stamp())
-        } else {
-            (0, 0)
-        };
+        let marks = if main { Marks::now() } else { Marks::default() };
         let mut st = self.lock();
         if self.dead(&st, node) {
             return Err(Error::PeerLost(format!("node {node} (this node) is dead")));
@@ -609,8 +656,7 @@ impl Machine {
                 // `seen_epoch` moves only when a wait returns: a call that gave up the turn
                 // may have let packets in that the program has not looked at yet.
                 drop(st);
-                CPU_MARK.with(|c| c.set(thread_cpu_ns()));
-                STAMP_MARK.with(|c| c.set(stamp()));
+                set_marks();
             }
             Caller::Aux { granted: Some(t) } => {
                 if st.running == Some(Holder::Aux(self.node_of_ticket(&st, t), t)) {
