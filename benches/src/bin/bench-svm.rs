@@ -11,7 +11,11 @@
 //! `get_data` of a page plus one access fault; a lock hand-over within 2x of an NX round
 //! trip on the same transport: the lock ping-pong against the NX ping-pong, and a hand-over
 //! to a node that waited while the holder computed against an NX message to a receiver that
-//! waited as long, since both then pay the waiter's wake-up) and writes `svm.json`.
+//! waited as long, since both then pay the waiter's wake-up) and writes `svm.json`. Each
+//! ratio is taken between the figures of one job and given as the median over rounds, with
+//! the least and the greatest: the machine's phases move both figures of a job together
+//! (with more processes than cores an NX round trip was 1.8 us in one job and 7 us in the
+//! next), and a ratio of two medians taken over different jobs mixes phases.
 //!
 //! `bench-svm [--rounds K] [--quick] [--out DIR]`. Build first:
 //! `cargo build --release -p vmmc-run -p vmmc-benches`.
@@ -125,15 +129,14 @@ fn main() {
         eprintln!("bench-svm: {e}");
         std::process::exit(1)
     };
-    // column -> op -> per-round values
-    let mut acc: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    // column -> one map (op -> us) per round
+    let mut acc: BTreeMap<&str, Vec<BTreeMap<String, f64>>> = BTreeMap::new();
     for round in 0..rounds {
         for k in 0..SHM.len() {
             let (col, n, t, p) = SHM[(k + round) % SHM.len()];
             eprintln!("round {}/{rounds}: {col} ...", round + 1);
-            for (op, us) in run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e)) {
-                acc.entry(col).or_default().entry(op).or_default().push(us);
-            }
+            let r = run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e));
+            acc.entry(col).or_default().push(r);
         }
     }
     // The simulator's times carry its compute charges, which come from the host's CPU clock:
@@ -141,9 +144,8 @@ fn main() {
     for round in 0..if cli.no_sim { 0 } else { rounds } {
         for (col, n, t, p) in SIM {
             eprintln!("simulated SHRIMP, round {}/{rounds}: {col} ...", round + 1);
-            for (op, us) in run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e)) {
-                acc.entry(col).or_default().entry(op).or_default().push(us);
-            }
+            let r = run(col, n, t, p, cli.quick).unwrap_or_else(|e| fail(e));
+            acc.entry(col).or_default().push(r);
         }
     }
     let cols: Vec<&str> = SHM
@@ -153,7 +155,33 @@ fn main() {
         .filter(|c| acc.contains_key(c))
         .collect();
     let med = |col: &str, op: &str| -> Option<f64> {
-        acc.get(col)?.get(op).map(|v| median(&mut v.clone()))
+        let mut v: Vec<f64> = acc
+            .get(col)?
+            .iter()
+            .filter_map(|r| r.get(op).copied())
+            .collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    // A ratio is taken in each round, between figures of the same job (the same phase of a
+    // noisy machine: with more processes than cores, an NX round trip measured 1.8 us in one
+    // run and 7 us in the next), and the median over rounds is given, with the least and
+    // the greatest.
+    let ratio = |col: &str, num: &str, den: &[&str]| {
+        let mut v: Vec<f64> = acc
+            .get(col)?
+            .iter()
+            .filter_map(|r| {
+                let d = den.iter().map(|op| r.get(*op)).sum::<Option<f64>>()?;
+                Some(r.get(num)? / d)
+            })
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        Some((median(&mut v), lo, hi))
     };
 
     println!("Shared virtual memory, microseconds per operation (median; sim: virtual time)\n");
@@ -174,43 +202,50 @@ fn main() {
     }
     println!();
     let mut ratios = Vec::new();
-    for c in &cols {
-        if let (Some(f), Some(g), Some(a)) =
-            (med(c, "fetch"), med(c, "raw_get_page"), med(c, "fault"))
-        {
-            ratios.push((
-                format!("{c}: fetch / (raw get_data + fault) (target <= 2)"),
-                f / (g + a),
-            ));
-        }
-        if let (Some(l), Some(x)) = (med(c, "lock_contended"), med(c, "nx_rtt")) {
-            ratios.push((
-                format!("{c}: lock ping-pong hand-over / NX round trip (target <= 2)"),
-                l / x,
-            ));
-        }
-        if let (Some(l), Some(x)) = (med(c, "lock_handover"), med(c, "nx_rtt")) {
-            ratios.push((
-                format!("{c}: hand-over to a waiter / NX round trip (hot)"),
-                l / x,
-            ));
-        }
+    // (what, numerator, the sum of the denominator)
+    let pairs: [(&str, &str, &[&str]); 4] = [
+        (
+            "fetch / (raw get_data + fault) (target <= 2)",
+            "fetch",
+            &["raw_get_page", "fault"],
+        ),
+        (
+            "lock ping-pong hand-over / NX round trip (target <= 2)",
+            "lock_contended",
+            &["nx_rtt"],
+        ),
+        (
+            "hand-over to a waiter / NX round trip (hot)",
+            "lock_handover",
+            &["nx_rtt"],
+        ),
         // The like-for-like comparison: both wait through the holder's computation.
-        if let (Some(l), Some(x)) = (med(c, "lock_handover"), med(c, "nx_to_waiter")) {
-            ratios.push((
-                format!("{c}: hand-over to a waiter / NX message to a waiting crecv (<= 2)"),
-                l / x,
-            ));
+        (
+            "hand-over to a waiter / NX message to a waiting crecv (<= 2)",
+            "lock_handover",
+            &["nx_to_waiter"],
+        ),
+    ];
+    for c in &cols {
+        for (what, num, den) in &pairs {
+            if let Some(r) = ratio(c, num, den) {
+                ratios.push((format!("{c}: {what}"), r));
+            }
         }
     }
-    for (what, r) in &ratios {
-        println!("{what:<70} {r:>8.2}");
+    println!(
+        "{:<80} {:>8} {:>8} {:>8}",
+        "ratio (per round)", "median", "least", "most"
+    );
+    for (what, (r, lo, hi)) in &ratios {
+        println!("{what:<80} {r:>8.2} {lo:>8.2} {hi:>8.2}");
     }
     let json = serde_json::json!({
         "rounds": rounds,
         "columns": cols,
         "us": cols.iter().map(|c| (c.to_string(), OPS.iter().filter_map(|(op, _)| med(c, op).map(|v| (op.to_string(), v))).collect::<BTreeMap<_, _>>())).collect::<BTreeMap<_, _>>(),
-        "ratios": ratios.iter().map(|(w, r)| (w.clone(), *r)).collect::<BTreeMap<_, _>>(),
+        "ratios": ratios.iter().map(|(w, r)| (w.clone(), r.0)).collect::<BTreeMap<_, _>>(),
+        "ratio_ranges": ratios.iter().map(|(w, r)| (w.clone(), [r.1, r.2])).collect::<BTreeMap<_, _>>(),
     });
     std::fs::create_dir_all(&cli.out)
         .unwrap_or_else(|e| fail(format!("{}: {e}", cli.out.display())));
