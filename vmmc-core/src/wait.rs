@@ -13,7 +13,9 @@
 //!    process that runs: the budget adapts per thread to how long recent waits lasted, up to
 //!    `VMMC_SPIN_US` (50 us by default);
 //! 2. **yield** while processes outnumber cores (the launcher or the MPI launcher tells, see
-//!    [`Policy`], or a spin finds itself descheduled), so that the writer gets the core;
+//!    [`Policy`], or a spin finds itself descheduled), so that the writer gets the core (a
+//!    helper thread's wait, such as a transport's notification thread, sleeps at once
+//!    instead: [`Wait::helper`]);
 //! 3. **sleep** on a futex: the process's [`Bell`] (every transport that delivers data into a
 //!    process rings its bell after the data, when somebody sleeps), or a library's own (a
 //!    socket ring's); the writer's wake-up is explicit, no periodic timer ends a sleep (a
@@ -684,6 +686,7 @@ pub struct Wait<'a> {
     paced: bool,
     deadline: Option<Instant>,
     background: bool,
+    helper: bool,
 }
 
 impl Wait<'static> {
@@ -711,6 +714,7 @@ impl<'a> Wait<'a> {
             paced: false,
             deadline: None,
             background: false,
+            helper: false,
         }
     }
 
@@ -727,6 +731,26 @@ impl<'a> Wait<'a> {
     /// forever in that mode.
     pub fn background(mut self) -> Self {
         self.background = true;
+        self
+    }
+
+    /// Marks the wait as a helper thread's, which runs beside the program's threads (a
+    /// transport's notification thread): as [`Wait::background`], and where processes
+    /// outnumber cores it sleeps at once rather than yield. A yield hands the core to a
+    /// runnable thread and takes it back a turn later; a helper that yields after each of
+    /// its events takes turns from the program threads of its own process, which are
+    /// waiting for the peer on that core too. Measured, SVM with 4 processes on 2 cores:
+    /// a notification thread that served a lock request during the holder's computation
+    /// then yielded for its 2 ms (`YIELD_FOR`), and the hand-over that followed took
+    /// 3.3-5.8 us (median of 700) where an NX message to a waiting `crecv` took 1.0-2.7;
+    /// sleeping at once, 2.1-2.6 us against 1.5-1.8. The price: a notification that comes
+    /// while the helper sleeps costs its sender a wake-up; the contended lock ping-pong,
+    /// whose requests come microseconds apart, took 1.7-2.3 us a hand-over in `bench-svm`
+    /// where it took 1.3-1.7, and `bench-oversubscribe`'s NX ring, VRPC and interposed
+    /// redis figures moved within their run-to-run spread.
+    pub fn helper(mut self) -> Self {
+        self.background = true;
+        self.helper = true;
         self
     }
 
@@ -839,6 +863,7 @@ impl<'a> Wait<'a> {
             Mode::Block => Phase::Arm,
             // Where processes outnumber cores, the one we wait for may need this core: give
             // it up from the first turn, as Open MPI does when oversubscribed.
+            Mode::Auto if crowded() && self.helper => Phase::Arm,
             Mode::Auto if crowded() => Phase::Yield,
             _ => Phase::Spin,
         };
@@ -864,7 +889,9 @@ impl<'a> Wait<'a> {
             }
             Mode::Block => self.phase = Phase::Arm,
             Mode::Auto => {
-                if crowded() {
+                if crowded() && self.helper {
+                    self.phase = Phase::Arm;
+                } else if crowded() {
                     self.phase = Phase::Yield;
                 } else if spent > self.spin_ns() as u64 {
                     self.phase = Phase::Arm;

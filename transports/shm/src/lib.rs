@@ -599,7 +599,7 @@ impl Transport for ShmTransport {
         let kicks = self.ring.kicks();
         let mut w = vmmc::wait::Wait::on(&NOTIFY_SITE, &self.ring)
             .timeout(timeout)
-            .background();
+            .helper();
         loop {
             let mut n = 0;
             while let Some(x) = self.ring.pop() {
