@@ -131,8 +131,7 @@ pub(crate) fn stamp() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+        wall_ns()
     }
 }
 
