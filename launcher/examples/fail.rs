@@ -2,7 +2,8 @@
 //!
 //! `fail exit RANK CODE`: RANK exits with CODE after the others have imported its buffer;
 //! `fail kill RANK`: RANK kills itself with SIGKILL. The other ranks check that their sends to
-//! it fail with "peer lost" and exit 0.
+//! it fail with "peer lost" and exit 0. `fail hang RANK CODE`: RANK exits with CODE and the
+//! others wait for ever for something it would have sent (the launcher must end them).
 
 use vmmc::{Error, ExportOptions, MemKind};
 
@@ -23,7 +24,7 @@ fn main() -> Result<(), Error> {
             std::thread::yield_now();
         }
         match how {
-            "exit" => std::process::exit(args[3].parse().expect("code")),
+            "exit" | "hang" => std::process::exit(args[3].parse().expect("code")),
             _ => {
                 // SAFETY: kill on our own pid.
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
@@ -33,6 +34,12 @@ fn main() -> Result<(), Error> {
     }
     let p = ep.import(ep.proc_of(victim)?, 1)?;
     p.send(4 * ep.rank(), &1u32.to_ne_bytes())?;
+    if how == "hang" {
+        // A word the victim never writes: nothing here looks at its death.
+        while r.load_u32(2048)? == 0 {
+            std::thread::park_timeout(std::time::Duration::from_millis(10));
+        }
+    }
     let start = std::time::Instant::now();
     loop {
         match p.send(2048, &[0u8; 64]) {

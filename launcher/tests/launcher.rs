@@ -74,6 +74,35 @@ fn a_failing_rank_fails_the_job_and_others_are_told() {
 }
 
 #[test]
+fn ranks_left_waiting_on_a_failed_rank_are_ended_after_the_grace() {
+    let fail = example("fail");
+    // Without the grace the job would hang: the limit turns that into a failure.
+    let out = vmmc_run::testing::output_within(
+        Command::new(launcher())
+            .args(["-n", "3", "--abort-grace", "0.5", "--"])
+            .arg(&fail)
+            .args(["hang", "1", "3"]),
+        std::time::Duration::from_secs(60),
+    );
+    // The failed rank's status, not the ended ones'.
+    assert_eq!(out.status.code(), Some(3), "{}", out.report());
+    assert!(
+        out.stderr.contains("rank 1 exited with status 3"),
+        "{}",
+        out.report()
+    );
+    assert!(
+        out.stderr
+            .contains("2 process(es) of the job still run: ending them"),
+        "{}",
+        out.report()
+    );
+    let bad = run(&["-n", "2", "--abort-grace", "soon", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("neither a number of seconds"));
+}
+
+#[test]
 fn a_killed_rank_is_reported_and_the_job_cleaned_up() {
     let fail = example("fail");
     let child = Command::new(launcher())

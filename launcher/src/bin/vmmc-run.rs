@@ -1,4 +1,4 @@
-//! `vmmc-run -n N [--transport shm|sim|tcp|rdma|mpi] [--hosts H1,H2,...] [--rsh AGENT] [--spawn-slots K] [--tag-output] -- PROGRAM ARGS...`
+//! `vmmc-run -n N [--transport shm|sim|tcp|rdma|mpi] [--hosts H1,H2,...] [--rsh AGENT] [--spawn-slots K] [--abort-grace SECS|never] [--tag-output] -- PROGRAM ARGS...`
 //!
 //! Starts N processes of PROGRAM with the environment the bootstrap reads, hosts the trusted
 //! party (the rendezvous) for the job, and exits non-zero if any rank fails. Without
@@ -6,7 +6,11 @@
 //! the rendezvous listens on `--rendezvous HOST:PORT` (default: a free loopback port). A rank that dies
 //! is reported to the others (their operations on it fail with "peer lost"); the job's shared
 //! memory is anonymous (memfd) and goes away with its last user, and the rendezvous directory
-//! is removed at exit, also when ranks crash. The mpi transport's jobs are MPI jobs: for
+//! is removed at exit, also when ranks crash. The others may run on for `--abort-grace`
+//! seconds after a rank fails (default 10), long enough to see the loss and end on their own;
+//! the ones still running then are ended (SIGTERM, then SIGKILL), as mpirun ends a job whose
+//! rank failed, so that a rank waiting for something only the failed one would have sent
+//! cannot hang the job. The mpi transport's jobs are MPI jobs: for
 //! them vmmc-run becomes `mpirun` (`VMMC_MPIRUN` names another), with `--oversubscribe`,
 //! `--allow-run-as-root` when run as root, and the transport passed on with `-x`.
 //!
@@ -59,6 +63,10 @@ struct Args {
     /// at the start (tcp needs no reservation). Default 0.
     #[arg(long = "spawn-slots", default_value_t = 0)]
     spawn_slots: usize,
+    /// Seconds the other ranks may run on after a rank fails before the launcher ends them
+    /// ("never": they run to their own end).
+    #[arg(long = "abort-grace", default_value = "10", value_parser = parse_grace)]
+    abort_grace: Grace,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -132,6 +140,58 @@ fn exec_mpirun(args: &Args) -> Result<ExitCode, String> {
         .args(&args.command);
     let e = cmd.exec();
     Err(format!("cannot run {mpirun}: {e}"))
+}
+
+/// `--abort-grace`: how long the ranks may outlive a failed one (`None`: for ever).
+#[derive(Clone, Copy, Debug)]
+struct Grace(Option<std::time::Duration>);
+
+fn parse_grace(s: &str) -> Result<Grace, String> {
+    if s == "never" {
+        return Ok(Grace(None));
+    }
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is neither a number of seconds nor \"never\""))?;
+    std::time::Duration::try_from_secs_f64(secs)
+        .map(|d| Grace(Some(d)))
+        .map_err(|_| format!("{s:?} is not a time in seconds (0 or more)"))
+}
+
+/// After a rank failed: waits `grace`, then ends the processes of the job still running
+/// (SIGTERM; SIGKILL to the ones left 3 s later). The reaping loop sees them end.
+fn end_after(launch: Arc<Launch>, failed: usize, grace: std::time::Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(grace);
+        let signal_all = |sig: libc::c_int| {
+            let kids = lock(&launch.kids);
+            // Every pid here is unreaped (the reaper removes one under this lock after
+            // waitpid), so none can have been reused.
+            for (_, c) in kids.iter() {
+                // SAFETY: kill on a child of ours that is not yet reaped.
+                unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+            }
+            kids.len()
+        };
+        let left = lock(&launch.kids).len();
+        if left == 0 {
+            return;
+        }
+        eprintln!(
+            "vmmc-run: rank {failed} failed {:.1} s ago and {left} process(es) of the job \
+             still run: ending them (--abort-grace)",
+            grace.as_secs_f64()
+        );
+        signal_all(libc::SIGTERM);
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_secs(3) {
+            if lock(&launch.kids).is_empty() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        signal_all(libc::SIGKILL);
+    });
 }
 
 fn main() -> ExitCode {
@@ -398,6 +458,9 @@ fn run(mut args: Args) -> Result<ExitCode, String> {
             rv.mark_dead(rank);
             if worst == 0 {
                 worst = code;
+                if let Grace(Some(grace)) = args.abort_grace {
+                    end_after(launch.clone(), rank, grace);
+                }
             }
         }
     }
