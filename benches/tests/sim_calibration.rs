@@ -88,3 +88,41 @@ fn ping_pong_matches_the_papers() {
         3.7,
     );
 }
+
+/// NX's ping-pong runs on sim (every node a thread of one process, `vmmc_run::run`), timed by
+/// the virtual clock: with no compute charged, two runs give the same figures, and NX's
+/// 4-byte one-way time is above the raw deliberate update's that it is built on.
+#[test]
+fn nx_pingpong_runs_on_sim_in_virtual_time() {
+    let nx = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_nx-pingpong"))
+            .args(["--max-size", "64", "--reps", "3"])
+            .env("VMMC_TRANSPORT", "sim")
+            .env("VMMC_RANK", "0")
+            .env("VMMC_SIZE", "2")
+            .env("VMMC_SIM_SET", "cpu.compute_scale=0")
+            .output()
+            .expect("run nx-pingpong");
+        assert!(
+            out.status.success(),
+            "nx-pingpong on sim failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON series");
+        v["points"]
+            .as_array()
+            .expect("points")
+            .iter()
+            .map(|p| p["latency_us"].as_f64().expect("latency"))
+            .collect::<Vec<f64>>()
+    };
+    let (a, b) = (nx(), nx());
+    assert_eq!(a.len(), 5, "4 B to 64 B: {a:?}");
+    assert_eq!(a, b, "virtual times differ between two runs");
+    let du = series(&pingpong("", &["--max-size", "4"]), "DU-0copy")[0].1;
+    assert!(
+        a[0] > du && a[0] < 4.0 * du,
+        "NX 4 B one way {:.2} us against the raw DU's {du:.2} us",
+        a[0]
+    );
+}

@@ -3,7 +3,8 @@
 //! `NX_THRESHOLD`). Prints one JSON line per run:
 //! `{"series":"NX-du","points":[{"size":4,"latency_us":..,"bandwidth_mbs":..},...]}`.
 //!
-//! `vmmc-run -n 2 -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES]`
+//! `vmmc-run -n 2 [--transport sim] -- nx-pingpong [--reps R] [--max-size BYTES] [--name SERIES]`
+//! (on sim the times are the simulated SHRIMP's virtual time)
 //!
 //! For the oversubscription benchmark (`bench-oversubscribe`), with any number of nodes:
 //! `--ring SECS` passes a token around (`vmmc_benches::ring`; prints `{"ring_hop_us":..}`),
@@ -71,7 +72,7 @@ fn cpu_secs() -> f64 {
 
 /// An idle job: every node but 0 blocks in a receive while node 0 sleeps `secs`, then sends
 /// each a message. Prints the largest share of a core that a waiting process used.
-fn idle_job(nx: &Nx, secs: f64) -> ExitCode {
+fn idle_job(nx: &Nx, secs: f64) {
     let me = nx.mynode();
     nx.gsync().expect("gsync");
     let mut used = [0.0f64];
@@ -90,7 +91,6 @@ fn idle_job(nx: &Nx, secs: f64) -> ExitCode {
     if me == 0 {
         println!("{{\"idle_core_share\":{:.5}}}", used[0]);
     }
-    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
@@ -113,47 +113,61 @@ fn main() -> ExitCode {
             }
         }
     }
-    let ep = match vmmc_run::init() {
-        Ok(ep) => ep,
-        Err(e) => {
-            eprintln!("nx-pingpong: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let nx = match Nx::new(ep) {
-        Ok(nx) => nx,
-        Err(e) => {
-            eprintln!("nx-pingpong: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if let Some(secs) = ring {
-        let mut hops: Vec<f64> = (0..reps)
-            .map(|_| {
-                vmmc_benches::ring::ring(
-                    nx.mynode() as usize,
-                    nx.numnodes() as usize,
-                    secs,
-                    |to, t| nx.csend(1, &t.to_ne_bytes(), to as i64, 0).expect("csend"),
-                    |_| {
-                        let mut b = [0u8; 4];
-                        nx.crecv(1, &mut b).expect("crecv");
-                        u32::from_ne_bytes(b)
-                    },
-                )
-            })
-            .collect();
-        if nx.mynode() == 0 {
-            println!("{{\"ring_hop_us\":{:.3}}}", vmmc_benches::median(&mut hops));
-        }
-        return ExitCode::SUCCESS;
-    }
-    if let Some(secs) = idle {
-        return idle_job(&nx, secs);
-    }
-    if nx.numnodes() != 2 {
-        eprintln!("nx-pingpong needs exactly 2 nodes");
+    if idle.is_some() && std::env::var("VMMC_TRANSPORT").as_deref() == Ok("sim") {
+        eprintln!(
+            "nx-pingpong: --idle measures host CPU use, which the sim transport does not model"
+        );
         return ExitCode::from(2);
+    }
+    let job = |ep: vmmc::Endpoint| -> vmmc::Result<()> {
+        let nx = Nx::new(ep).map_err(|e| vmmc::Error::Protocol(format!("NX: {e}")))?;
+        if let Some(secs) = ring {
+            ring_job(&nx, reps, secs);
+        } else if let Some(secs) = idle {
+            idle_job(&nx, secs);
+        } else {
+            pingpong_job(&nx, reps, max, name.clone())?;
+        }
+        Ok(())
+    };
+    // Through `run`: one process per rank, or every node a thread of this one on sim.
+    match vmmc_run::run(job) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nx-pingpong: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--ring SECS`: a token passed around every node (`vmmc_benches::ring`).
+fn ring_job(nx: &Nx, reps: usize, secs: f64) {
+    let mut hops: Vec<f64> = (0..reps)
+        .map(|_| {
+            vmmc_benches::ring::ring(
+                nx.mynode() as usize,
+                nx.numnodes() as usize,
+                secs,
+                |to, t| nx.csend(1, &t.to_ne_bytes(), to as i64, 0).expect("csend"),
+                |_| {
+                    let mut b = [0u8; 4];
+                    nx.crecv(1, &mut b).expect("crecv");
+                    u32::from_ne_bytes(b)
+                },
+            )
+        })
+        .collect();
+    if nx.mynode() == 0 {
+        println!("{{\"ring_hop_us\":{:.3}}}", vmmc_benches::median(&mut hops));
+    }
+}
+
+/// The ping-pong of two nodes: round trips of every size, one JSON line from node 0.
+fn pingpong_job(nx: &Nx, reps: usize, max: usize, name: Option<String>) -> vmmc::Result<()> {
+    if nx.numnodes() != 2 {
+        return Err(vmmc::Error::InvalidArgument(
+            "nx-pingpong needs exactly 2 nodes (-n 2)",
+        ));
     }
     let name = name.unwrap_or_else(|| {
         format!(
@@ -167,15 +181,15 @@ fn main() -> ExitCode {
     let mut series = Series::new(name);
     // A warm-up of the whole job first (about as long as a size's measurement): the first
     // size measured must not pay for the start (caches, page faults, clocks ramping up).
-    let warm_iters = calibrate(&nx, &mut buf[..4]);
+    let warm_iters = calibrate(nx, &mut buf[..4]);
     for _ in 0..reps {
-        round_trips(&nx, &mut buf[..4], warm_iters);
+        round_trips(nx, &mut buf[..4], warm_iters);
     }
     for size in sizes {
         let msg = &mut buf[..size];
-        round_trips(&nx, msg, 20);
-        let iters = calibrate(&nx, msg);
-        let secs: Vec<f64> = (0..reps).map(|_| round_trips(&nx, msg, iters)).collect();
+        round_trips(nx, msg, 20);
+        let iters = calibrate(nx, msg);
+        let secs: Vec<f64> = (0..reps).map(|_| round_trips(nx, msg, iters)).collect();
         series
             .points
             .push(Sample::from_round_trip_secs(size, iters, &secs));
@@ -187,5 +201,5 @@ fn main() -> ExitCode {
             serde_json::to_string(&series).expect("a series serialises")
         );
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
