@@ -38,6 +38,8 @@ pub(crate) struct FlagState {
 pub(crate) struct State {
     /// Bytes consumed of each sender's ring.
     rpos: Vec<u32>,
+    /// The words [`Service::serve`] reads, kept to be reused.
+    scan: Vec<u32>,
     req_seen: Vec<u32>,
     fwd_seen: Vec<u32>,
     /// Page requests waiting for diffs: (requester, seq, page, need).
@@ -223,6 +225,7 @@ impl State {
         let managed = |count: u32| (count as usize).div_ceil(n);
         State {
             rpos: vec![0; n],
+            scan: Vec::with_capacity(3 * n),
             req_seen: vec![0; n],
             fwd_seen: vec![0; n],
             pending: Vec::new(),
@@ -647,17 +650,7 @@ impl Service {
         r
     }
 
-    /// Reads a slot of a local buffer if its sequence number is new (`!= seen`, and not 0).
-    #[inline]
-    pub fn read_slot(&self, region: &Region, off: usize, seen: u32) -> Result<Option<Slot>> {
-        let last = region.load_u32(off + self.lay.slot - 4)?;
-        if last == 0 || last == seen {
-            return Ok(None);
-        }
-        self.read_new_slot(region, off, last)
-    }
-
-    /// [`Service::read_slot`] once its last word is new: the whole slot if its first word
+    /// A slot of a local buffer whose last word, `last`, is new: the whole slot if its first word
     /// matches (else the transfer is still landing).
     fn read_new_slot(&self, region: &Region, off: usize, last: u32) -> Result<Option<Slot>> {
         if region.load_u32(off)? != last {
@@ -700,26 +693,59 @@ impl Service {
     }
 
     /// One pass over everything that may have arrived. Call with the state locked.
+    ///
+    /// The words that tell what is new (each sender's ring tail, the last word of each
+    /// sender's request and forward slot) are all read first and looked at after: the loads
+    /// do not wait for one another. On many nodes they are the pass's cost: two slots per
+    /// sender, each on its own cache line, which on sim the other nodes' turns leave cold.
+    /// Measured on 16 sim nodes (31 lines; the lock ping-pong of `svm-peer`, four runs each),
+    /// a pass took a median of 210-320 ns with each word looked at as it was read, 150-230 ns
+    /// this way. On sim a pass in `acquire` is host time charged as computation.
     pub fn serve(&self, st: &mut State) -> Result<()> {
         if self.peers().is_none() {
             return Ok(());
         }
-        for s in 0..self.n {
-            if s != self.me {
-                self.drain_ring(st, s)?;
+        let n = self.n;
+        let last = self.lay.slot - 4;
+        let mut w = std::mem::take(&mut st.scan);
+        w.clear();
+        for s in 0..n {
+            w.push(self.ctl.load_u32(self.lay.tail(s))?);
+        }
+        for a in 0..n {
+            w.push(self.ctl.load_u32(self.lay.req(a) + last)?);
+            w.push(self.ctl.load_u32(self.lay.fwd(a) + last)?);
+        }
+        let r = self.serve_seen(st, &w);
+        st.scan = w;
+        r
+    }
+
+    /// [`Service::serve`] once the words are read: `w` holds the n ring tails, then each
+    /// sender's request and forward slot's last word.
+    fn serve_seen(&self, st: &mut State, w: &[u32]) -> Result<()> {
+        let n = self.n;
+        for s in (0..n).filter(|&s| s != self.me) {
+            if st.rpos[s] != w[s] {
+                self.drain_ring(st, s, w[s])?;
             }
         }
         // A node's own requests and forwards never use its slots (they are served at once).
-        for a in (0..self.n).filter(|&a| a != self.me) {
-            if let Some(m) = self.read_slot(&self.ctl, self.lay.req(a), st.req_seen[a])? {
-                st.req_seen[a] = m.seq;
-                st.stats.requests_served += 1;
-                self.request(st, a, m)?;
+        for a in (0..n).filter(|&a| a != self.me) {
+            let (req, fwd) = (w[n + 2 * a], w[n + 2 * a + 1]);
+            if req != 0 && req != st.req_seen[a] {
+                if let Some(m) = self.read_new_slot(&self.ctl, self.lay.req(a), req)? {
+                    st.req_seen[a] = m.seq;
+                    st.stats.requests_served += 1;
+                    self.request(st, a, m)?;
+                }
             }
-            if let Some(m) = self.read_slot(&self.ctl, self.lay.fwd(a), st.fwd_seen[a])? {
-                st.fwd_seen[a] = m.seq;
-                st.stats.requests_served += 1;
-                self.forward(st, m)?;
+            if fwd != 0 && fwd != st.fwd_seen[a] {
+                if let Some(m) = self.read_new_slot(&self.ctl, self.lay.fwd(a), fwd)? {
+                    st.fwd_seen[a] = m.seq;
+                    st.stats.requests_served += 1;
+                    self.forward(st, m)?;
+                }
             }
         }
         Ok(())
@@ -799,11 +825,7 @@ impl Service {
         }
     }
 
-    fn drain_ring(&self, st: &mut State, s: usize) -> Result<()> {
-        let tail = self.ctl.load_u32(self.lay.tail(s))?;
-        if st.rpos[s] == tail {
-            return Ok(());
-        }
+    fn drain_ring(&self, st: &mut State, s: usize, tail: u32) -> Result<()> {
         let ring = self.lay.ring;
         let base = self.lay.ring(s);
         while st.rpos[s] != tail {
