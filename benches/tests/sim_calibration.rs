@@ -13,18 +13,25 @@ type Series = Vec<(String, Vec<(usize, f64, f64)>)>;
 
 /// (size, one-way latency us, bandwidth MB/s) per series, from `pingpong --json` on sim.
 fn pingpong(set: &str, args: &[&str]) -> Series {
-    let out = Command::new(env!("CARGO_BIN_EXE_pingpong"))
+    let mut a = args.to_vec();
+    a.push("--json");
+    on_sim(env!("CARGO_BIN_EXE_pingpong"), set, &a)
+}
+
+/// The series a ping-pong program (`pingpong`, `nx-pingpong`) prints, run on 2 sim nodes
+/// with no compute charged and the parameters `set`.
+fn on_sim(exe: &str, set: &str, args: &[&str]) -> Series {
+    let out = Command::new(exe)
         .args(args)
-        .arg("--json")
         .env("VMMC_TRANSPORT", "sim")
         .env("VMMC_RANK", "0")
         .env("VMMC_SIZE", "2")
         .env("VMMC_SIM_SET", format!("cpu.compute_scale=0,{set}"))
         .output()
-        .expect("run pingpong");
+        .unwrap_or_else(|e| panic!("run {exe}: {e}"));
     assert!(
         out.status.success(),
-        "pingpong on sim failed: {}",
+        "{exe} on sim failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout)
@@ -95,25 +102,14 @@ fn ping_pong_matches_the_papers() {
 #[test]
 fn nx_pingpong_runs_on_sim_in_virtual_time() {
     let nx = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_nx-pingpong"))
-            .args(["--max-size", "64", "--reps", "3"])
-            .env("VMMC_TRANSPORT", "sim")
-            .env("VMMC_RANK", "0")
-            .env("VMMC_SIZE", "2")
-            .env("VMMC_SIM_SET", "cpu.compute_scale=0")
-            .output()
-            .expect("run nx-pingpong");
-        assert!(
-            out.status.success(),
-            "nx-pingpong on sim failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let all = on_sim(
+            env!("CARGO_BIN_EXE_nx-pingpong"),
+            "",
+            &["--max-size", "64", "--reps", "3"],
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON series");
-        v["points"]
-            .as_array()
-            .expect("points")
+        series(&all, "NX-du")
             .iter()
-            .map(|p| p["latency_us"].as_f64().expect("latency"))
+            .map(|p| p.1)
             .collect::<Vec<f64>>()
     };
     let (a, b) = (nx(), nx());
