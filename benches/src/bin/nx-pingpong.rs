@@ -113,7 +113,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    if idle.is_some() && std::env::var("VMMC_TRANSPORT").as_deref() == Ok("sim") {
+    if idle.is_some() && std::env::var(vmmc::bootstrap::vars::TRANSPORT).as_deref() == Ok("sim") {
         eprintln!(
             "nx-pingpong: --idle measures host CPU use, which the sim transport does not model"
         );
