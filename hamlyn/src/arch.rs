@@ -256,6 +256,16 @@ fn fast_dest<'a>(
     slot.area.get_mut(start..start.checked_add(dlen)?)
 }
 
+/// What [`Hamlyn::take_fast`] found.
+pub(crate) enum Fast {
+    /// A fast-mode message for the class, placed, its entry written and read.
+    Took(NqEntry),
+    /// No packet in any link and no entry in the notification queue.
+    Empty,
+    /// Something for the long way (`poll_class`): an entry, or a packet of another kind.
+    Other,
+}
+
 /// A gather list element (§2.3): `<send_buffer_tag, offset, length>`.
 #[derive(Clone, Copy, Debug)]
 pub struct Gather {
@@ -1111,7 +1121,8 @@ impl Hamlyn {
         }
         let rest = words.remainder();
         b[at..len].copy_from_slice(rest);
-        b[plen..n].copy_from_slice(&hdr.encode());
+        let hb: &mut [u8; HEADER_LEN] = (&mut b[plen..n]).try_into().expect("a header");
+        hdr.encode_into(hb);
         let proxy = o.ring.as_ref().expect("imported");
         let r = proxy.send(self.layout.header_at(cell) - plen, &b[..n]);
         self.stats.packets_sent += 1;
@@ -1284,12 +1295,13 @@ impl Hamlyn {
     /// the next packet that the interface would take is a well-formed fast-mode packet for a
     /// slot of `class`, with the slot's key, inside the slot. Then the data is placed, the
     /// entry written and at once read, with the very checks and counts of the long way
-    /// (`take_packets`, `accept`, `notify`, `h_recv`, `class_of`). Anything else: `None`, and
-    /// the long way takes it.
+    /// (`take_packets`, `accept`, `notify`, `h_recv`, `class_of`). Anything else is left to
+    /// the long way: [`Fast::Other`] when something waits for it, [`Fast::Empty`] when
+    /// nothing has arrived (so that a wait loop turning here needs no other look).
     #[inline]
-    fn take_fast(&mut self, class: u64) -> Result<Option<NqEntry>> {
+    pub(crate) fn take_fast(&mut self, class: u64) -> Result<Fast> {
         if self.nq[self.nq_head].wrap == self.app_wrap {
-            return Ok(None);
+            return Ok(Fast::Other);
         }
         let links = self.inc.len();
         let mut from = self.next_link;
@@ -1302,7 +1314,7 @@ impl Hamlyn {
             }
             k += 1;
             if k == links {
-                return Ok(None);
+                return Ok(Fast::Empty);
             }
             from = if from + 1 == links { 0 } else { from + 1 };
         };
@@ -1314,7 +1326,7 @@ impl Hamlyn {
         }
         let h = Header::decode(&hb);
         let Some(dst) = fast_dest(&mut self.slots, &h, self.layout.packet, Some(class)) else {
-            return Ok(None);
+            return Ok(Fast::Other);
         };
         ring.read(self.layout.payload_at(cell, dst.len()), dst)?;
         self.stats.packets += 1;
@@ -1342,7 +1354,7 @@ impl Hamlyn {
             self.give_credit(from)?;
         }
         self.next_link = if from + 1 == links { 0 } else { from + 1 };
-        Ok(Some(e))
+        Ok(Fast::Took(e))
     }
 
     /// The checks and the placement of one packet (Figure 2).
@@ -1625,7 +1637,7 @@ impl Hamlyn {
         if let Some(e) = q.pop_front() {
             return Ok(Some(e));
         }
-        if let Some(e) = self.take_fast(class)? {
+        if let Fast::Took(e) = self.take_fast(class)? {
             return Ok(Some(e));
         }
         while let Some(e) = self.h_recv()? {
