@@ -59,6 +59,29 @@ pub const SEND_BUFFERS: usize = 8;
 /// Largest packet, header included, that the fast-mode path builds on the stack.
 const SMALL_PACKET: usize = 320;
 
+/// Payload bytes that share one 64-byte cache line with the header at the end of a ring cell
+/// (a cell is a whole number of lines): such a packet is sent and taken as one line.
+const LINE_DATA: usize = 64 - HEADER_LEN;
+
+/// Copies up to [`LINE_DATA`] bytes with moves of constant size (two overlapping ones), not a
+/// call to the C library's `memcpy`: a short message's bytes on its send and receive paths.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    debug_assert!(n == dst.len() && n <= LINE_DATA);
+    if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..n].copy_from_slice(&src[n - 8..n]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..n].copy_from_slice(&src[n - 4..n]);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
+
 /// Parameters of one process's interface.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -260,9 +283,10 @@ fn fast_dest<'a>(
 pub(crate) enum Fast {
     /// A fast-mode message for the class, placed, its entry written and read.
     Took(NqEntry),
-    /// No packet in any link and no entry in the notification queue.
+    /// No packet in any link, no entry in the notification queue, none in the class's.
     Empty,
-    /// Something for the long way (`poll_class`): an entry, or a packet of another kind.
+    /// Something for the long way (`poll_class`): an entry, an arrival already in the
+    /// class's queue, or a packet of another kind.
     Other,
 }
 
@@ -811,7 +835,8 @@ impl Hamlyn {
         // Fast path: nothing queued and room in the ring: straight out, no queue entry.
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
-            let hdr = Header {
+            // Made where it is used, so that the one-line path builds its words in registers.
+            let hdr = || Header {
                 slot: t.slot,
                 meta_index: FAST_INDEX,
                 key: t.key,
@@ -831,14 +856,18 @@ impl Hamlyn {
                 }
                 if self.out[dest as usize].free > 0 {
                     self.posted += 1;
-                    self.put_small(dest, hdr, data)?;
+                    if data.len() <= LINE_DATA {
+                        self.put_line(dest, hdr(), data)?;
+                    } else {
+                        self.put_small(dest, hdr(), data)?;
+                    }
                     self.completion += 1;
                     return Ok(());
                 }
             }
             if self.room(dest) > 0 {
                 self.posted += 1;
-                self.put_packet(dest, hdr, &[data])?;
+                self.put_packet(dest, hdr(), &[data])?;
                 self.completion += 1;
                 return Ok(());
             }
@@ -1129,6 +1158,27 @@ impl Hamlyn {
         r.map_err(Error::from)
     }
 
+    /// A packet of at most [`LINE_DATA`] bytes: the payload and its header fill the cell's
+    /// last 64 bytes (one cache line), built on the stack with moves of constant size and
+    /// written with one deliberate update, the sequence word last. The bytes before a shorter
+    /// payload are zeros (nothing of an earlier packet goes out). The caller checked that
+    /// the link was imported and has a free cell.
+    #[inline(always)]
+    fn put_line(&mut self, dest: u32, mut hdr: Header, data: &[u8]) -> Result<()> {
+        let o = &mut self.out[dest as usize];
+        let (cell, seq) = o.claim(self.layout.cells);
+        hdr.seq = seq;
+        let mut line = [0u8; LINE_DATA + HEADER_LEN];
+        let (payload, header) = line.split_at_mut(LINE_DATA);
+        let len = data.len();
+        copy_short(&mut payload[LINE_DATA - pad4(len)..][..len], data);
+        hdr.encode_into(header.try_into().expect("a header"));
+        let proxy = o.ring.as_ref().expect("imported");
+        let r = proxy.send(self.layout.header_at(cell) - LINE_DATA, &line);
+        self.stats.packets_sent += 1;
+        r.map_err(Error::from)
+    }
+
     fn put_packet(&mut self, dest: u32, hdr: Header, pieces: &[&[u8]]) -> Result<()> {
         put_packet_split(self, dest, hdr, pieces)
     }
@@ -1291,16 +1341,23 @@ impl Hamlyn {
     }
 
     /// The receiving interface and `h_recv` in one short step, for the common case of a
-    /// receive loop (tagged remote write's): the notification queue holds nothing unread and
-    /// the next packet that the interface would take is a well-formed fast-mode packet for a
-    /// slot of `class`, with the slot's key, inside the slot. Then the data is placed, the
-    /// entry written and at once read, with the very checks and counts of the long way
-    /// (`take_packets`, `accept`, `notify`, `h_recv`, `class_of`). Anything else is left to
-    /// the long way: [`Fast::Other`] when something waits for it, [`Fast::Empty`] when
-    /// nothing has arrived (so that a wait loop turning here needs no other look).
-    #[inline]
+    /// receive loop (tagged remote write's): the notification queue holds nothing unread, no
+    /// arrival waits in the class's queue, and the next packet that the interface would take
+    /// is a well-formed fast-mode packet for a slot of `class`, with the slot's key, inside
+    /// the slot. Then the data is placed, the entry written and at once read, with the very
+    /// checks and counts of the long way (`take_packets`, `accept`, `notify`, `h_recv`,
+    /// `class_of`). Anything else is left to the long way: [`Fast::Other`] when something
+    /// waits for it, [`Fast::Empty`] when nothing has arrived (then
+    /// [`Hamlyn::wait_packet`] is the whole wait).
+    #[inline(always)]
     pub(crate) fn take_fast(&mut self, class: u64) -> Result<Fast> {
-        if self.nq[self.nq_head].wrap == self.app_wrap {
+        // An entry not yet read, or an arrival already queued for the class, goes first.
+        if self.nq[self.nq_head].wrap == self.app_wrap
+            || self
+                .classes
+                .get(class as usize)
+                .is_none_or(|q| !q.is_empty())
+        {
             return Ok(Fast::Other);
         }
         let links = self.inc.len();
@@ -1328,7 +1385,15 @@ impl Hamlyn {
         let Some(dst) = fast_dest(&mut self.slots, &h, self.layout.packet, Some(class)) else {
             return Ok(Fast::Other);
         };
-        ring.read(self.layout.payload_at(cell, dst.len()), dst)?;
+        let dlen = dst.len();
+        if dlen <= LINE_DATA {
+            // The payload shares the header's line: its last 16 bytes, read as one move.
+            let mut b = [0u8; LINE_DATA];
+            ring.read(at - LINE_DATA, &mut b)?;
+            copy_short(dst, &b[LINE_DATA - pad4(dlen)..][..dlen]);
+        } else {
+            ring.read(self.layout.payload_at(cell, dlen), dst)?;
+        }
         self.stats.packets += 1;
         let e = NqEntry {
             wrap: self.nq_wrap,
@@ -1355,6 +1420,30 @@ impl Hamlyn {
         }
         self.next_link = if from + 1 == links { 0 } else { from + 1 };
         Ok(Fast::Took(e))
+    }
+
+    /// Waits, taking nothing, until a packet lies in some link or `deadline` (the clock of
+    /// [`now_ns`]) passes ([`Error::Timeout`]). For a receive loop that found nothing
+    /// ([`Fast::Empty`]): nothing but the links can change the answer while it waits (only
+    /// taking packets writes the notification queue, and `pump`, called here only when
+    /// the work queue holds something, never takes any), so each turn is one look at each
+    /// link's next sequence word, as tight as a wait on one word, and the receiving side's
+    /// work starts the moment a packet lands.
+    pub(crate) fn wait_packet(&mut self, w: &mut Waiter, deadline: Option<u64>) -> Result<()> {
+        loop {
+            for i in &self.inc {
+                if i.ring.load_u32(self.layout.seq_at(i.cell))? == i.consumed.wrapping_add(1) {
+                    return Ok(());
+                }
+            }
+            if !self.wq.is_empty() {
+                self.pump_queue()?;
+            }
+            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
+                return Err(Error::Timeout);
+            }
+            w.relax();
+        }
     }
 
     /// The checks and the placement of one packet (Figure 2).

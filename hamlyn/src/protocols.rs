@@ -247,32 +247,27 @@ impl TaggedReceiver {
         let deadline = timeout.map(|t| crate::wait::now_ns() + t.as_nanos() as u64);
         let mut w: Option<Waiter> = None;
         loop {
-            // One arrival at a time: the tag asked for returns at once, the others queue in
-            // their order of arrival.
-            if let Some(e) = h.poll_class(self.class)? {
-                if e.word == tag {
-                    return Ok(());
-                }
-                self.tags.push_back(e.word);
-                continue;
-            }
-            // Nothing yet: turn on the fast path's look at the links' next sequence words,
-            // which takes a tagged write for this receiver the moment it lands (no second
-            // search); anything else goes the long way above.
-            let w = w.get_or_insert_with(Waiter::new);
-            loop {
-                match h.take_fast(self.class)? {
-                    Fast::Took(e) if e.word == tag => return Ok(()),
-                    Fast::Took(e) => self.tags.push_back(e.word),
-                    Fast::Other => break,
-                    Fast::Empty => {
-                        h.pump()?;
-                        if w.due() && deadline.is_some_and(|d| crate::wait::now_ns() >= d) {
+            // The fast path first: a tagged write for this receiver is placed the moment it
+            // lands; with nothing in the links, wait on their next sequence words alone.
+            match h.take_fast(self.class)? {
+                Fast::Took(e) if e.word == tag => return Ok(()),
+                Fast::Took(e) => self.tags.push_back(e.word),
+                Fast::Empty => h.wait_packet(w.get_or_insert_with(Waiter::new), deadline)?,
+                // The long way, one arrival at a time: the tag asked for returns at once,
+                // the others queue in their order of arrival.
+                Fast::Other => match h.poll_class(self.class)? {
+                    Some(e) if e.word == tag => return Ok(()),
+                    Some(e) => self.tags.push_back(e.word),
+                    // What waited was not for this receiver (another class's, a refused
+                    // packet): the links are empty now; wait as for nothing, unless the
+                    // time is up (others' traffic must not hold off the deadline).
+                    None => {
+                        if deadline.is_some_and(|d| crate::wait::now_ns() >= d) {
                             return Err(Error::Timeout);
                         }
-                        w.relax();
+                        h.wait_packet(w.get_or_insert_with(Waiter::new), deadline)?;
                     }
-                }
+                },
             }
         }
     }

@@ -62,6 +62,11 @@ fn tagged_protection() {
 }
 
 #[test]
+fn tagged_lengths() {
+    job("tagged_lengths", 2, Config::default, common::tagged_lengths);
+}
+
+#[test]
 fn one_shot() {
     job("one_shot", 2, Config::default, common::one_shot);
 }

@@ -53,6 +53,11 @@ fn tagged_protection() {
 }
 
 #[test]
+fn tagged_lengths() {
+    all_ok(on_sim(2, Config::default(), common::tagged_lengths));
+}
+
+#[test]
 fn one_shot() {
     all_ok(on_sim(2, Config::default(), common::one_shot));
 }

@@ -939,3 +939,36 @@ pub fn tagged_protection(h: &mut Hamlyn) -> Result<()> {
     }
     barrier(h)
 }
+
+/// Tagged writes of every length from 1 to 40 bytes (the one-line path up to 16, a longer
+/// packet above) at offsets of every alignment: each lands exactly, nothing around it is
+/// written, and tags asked for in reverse order all come back.
+pub fn tagged_lengths(h: &mut Hamlyn) -> Result<()> {
+    const N: usize = 40;
+    let at = |len: usize| (len * 48 + len % 4) as u64;
+    if h.rank() == 0 {
+        let mut r = TaggedReceiver::new(h, 2048)?;
+        h.send_boot(1, &r.ticket(h)?.to_bytes())?;
+        for len in (1..=N).rev() {
+            r.get_specific_tag(h, len as u32, LONG)?;
+        }
+        assert_eq!(r.get_tag(h)?, None);
+        let area = r.area(h)?;
+        let mut expect = vec![0u8; area.len()];
+        for len in 1..=N {
+            let off = at(len) as usize;
+            expect[off..off + len].copy_from_slice(&pattern(len as u32, len));
+        }
+        assert!(
+            area == &expect[..],
+            "every write exactly in place, nothing else"
+        );
+        assert_eq!(h.stats().refused(), 0);
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        for len in 1..=N {
+            tagged_write(h, &t, at(len), &pattern(len as u32, len), len as u32)?;
+        }
+    }
+    barrier(h)
+}
