@@ -46,6 +46,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use vmmc::region::copy_bytes;
 use vmmc::{Endpoint, ExportOptions, MemKind, Proxy, Region};
 
 /// First buffer id of the rings this library exports (one per sending rank).
@@ -62,25 +63,6 @@ const SMALL_PACKET: usize = 320;
 /// Payload bytes that share one 64-byte cache line with the header at the end of a ring cell
 /// (a cell is a whole number of lines): such a packet is sent and taken as one line.
 const LINE_DATA: usize = 64 - HEADER_LEN;
-
-/// Copies up to [`LINE_DATA`] bytes with moves of constant size (two overlapping ones), not a
-/// call to the C library's `memcpy`: a short message's bytes on its send and receive paths.
-#[inline(always)]
-fn copy_short(dst: &mut [u8], src: &[u8]) {
-    let n = src.len();
-    debug_assert!(n == dst.len() && n <= LINE_DATA);
-    if n >= 8 {
-        dst[..8].copy_from_slice(&src[..8]);
-        dst[n - 8..n].copy_from_slice(&src[n - 8..n]);
-    } else if n >= 4 {
-        dst[..4].copy_from_slice(&src[..4]);
-        dst[n - 4..n].copy_from_slice(&src[n - 4..n]);
-    } else {
-        for (d, s) in dst.iter_mut().zip(src) {
-            *d = *s;
-        }
-    }
-}
 
 /// Parameters of one process's interface.
 #[derive(Clone, Debug)]
@@ -1159,10 +1141,11 @@ impl Hamlyn {
     }
 
     /// A packet of at most [`LINE_DATA`] bytes: the payload and its header fill the cell's
-    /// last 64 bytes (one cache line), built on the stack with moves of constant size and
-    /// written with one deliberate update, the sequence word last. The bytes before a shorter
-    /// payload are zeros (nothing of an earlier packet goes out). The caller checked that
-    /// the link was imported and has a free cell.
+    /// last 64 bytes (one cache line), built on the stack with moves of constant size
+    /// ([`copy_bytes`]: no call to `memcpy`) and written with one deliberate update, the
+    /// sequence word last. The bytes before a shorter payload are zeros (nothing of an
+    /// earlier packet goes out). The caller checked that the link was imported and has a
+    /// free cell.
     #[inline(always)]
     fn put_line(&mut self, dest: u32, mut hdr: Header, data: &[u8]) -> Result<()> {
         let o = &mut self.out[dest as usize];
@@ -1171,7 +1154,7 @@ impl Hamlyn {
         let mut line = [0u8; LINE_DATA + HEADER_LEN];
         let (payload, header) = line.split_at_mut(LINE_DATA);
         let len = data.len();
-        copy_short(&mut payload[LINE_DATA - pad4(len)..][..len], data);
+        copy_bytes(&mut payload[LINE_DATA - pad4(len)..][..len], data);
         hdr.encode_into(header.try_into().expect("a header"));
         let proxy = o.ring.as_ref().expect("imported");
         let r = proxy.send(self.layout.header_at(cell) - LINE_DATA, &line);
@@ -1390,7 +1373,7 @@ impl Hamlyn {
             // The payload shares the header's line: its last 16 bytes, read as one move.
             let mut b = [0u8; LINE_DATA];
             ring.read(at - LINE_DATA, &mut b)?;
-            copy_short(dst, &b[LINE_DATA - pad4(dlen)..][..dlen]);
+            copy_bytes(dst, &b[LINE_DATA - pad4(dlen)..][..dlen]);
         } else {
             ring.read(self.layout.payload_at(cell, dlen), dst)?;
         }

@@ -390,18 +390,35 @@ pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
 
 /// `copy_nonoverlapping` with the sizes of single values made constant, so that a word or a
 /// double word is one load and one store instead of a call to the C library's memmove (the
-/// element accessors of shared virtual memory copy one value at a time).
+/// element accessors of shared virtual memory copy one value at a time), and any shorter
+/// length two overlapping moves of constant size (a short message's bytes, a deliberate
+/// update's body before its flag).
 ///
 /// # Safety
 /// As [`std::ptr::copy_nonoverlapping`] for `len` bytes.
 #[inline(always)]
 unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's contract, for the same `len` in every arm.
+    // SAFETY: the caller's contract, for the same `len` in every arm; in the short arms both
+    // moves stay within the `n` bytes (n >= the move's size), and the source and the
+    // destination do not overlap, so a byte moved twice is the same byte.
     unsafe {
         match len {
             4 => std::ptr::copy_nonoverlapping(src, dst, 4),
             8 => std::ptr::copy_nonoverlapping(src, dst, 8),
             16 => std::ptr::copy_nonoverlapping(src, dst, 16),
+            n @ 9..16 => {
+                std::ptr::copy_nonoverlapping(src, dst, 8);
+                std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
+            }
+            n @ 5..8 => {
+                std::ptr::copy_nonoverlapping(src, dst, 4);
+                std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
+            }
+            n @ 0..4 => {
+                for i in 0..n {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
             n if n > ALIASED_ABOVE && aliased(src, dst) => {
                 // Backwards, a cache line at a time to 64-byte-aligned destinations (see
                 // `aliased`): the last bytes first, up to a line boundary.
@@ -485,6 +502,23 @@ mod tests {
                 assert!(
                     dst[d0 + len..].iter().all(|&b| b == 0),
                     "after, offset {off}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn short_copies_are_exact() {
+        let src: Vec<u8> = (1..=40u8).collect();
+        for len in 0..=17 {
+            for off in 0..8 {
+                let mut dst = [0u8; 40];
+                copy_bytes(&mut dst[off..off + len], &src[3..3 + len]);
+                assert_eq!(dst[off..off + len], src[3..3 + len], "length {len}");
+                assert!(dst[..off].iter().all(|&b| b == 0), "before, length {len}");
+                assert!(
+                    dst[off + len..].iter().all(|&b| b == 0),
+                    "after, length {len}"
                 );
             }
         }
