@@ -390,9 +390,9 @@ pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
 
 /// `copy_nonoverlapping` with the sizes of single values made constant, so that a word or a
 /// double word is one load and one store instead of a call to the C library's memmove (the
-/// element accessors of shared virtual memory copy one value at a time), and any shorter
-/// length two overlapping moves of constant size (a short message's bytes, a deliberate
-/// update's body before its flag).
+/// element accessors of shared virtual memory copy one value at a time), and any length
+/// below 16 at most two overlapping moves of constant size (a short message's bytes, a
+/// deliberate update's body before its flag).
 ///
 /// # Safety
 /// As [`std::ptr::copy_nonoverlapping`] for `len` bytes.
@@ -414,11 +414,14 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
                 std::ptr::copy_nonoverlapping(src, dst, 4);
                 std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
             }
-            n @ 0..4 => {
-                for i in 0..n {
-                    *dst.add(i) = *src.add(i);
+            // A loop here would be turned back into a call to `memcpy` by the compiler.
+            n @ 1..4 => {
+                std::ptr::copy_nonoverlapping(src, dst, 1);
+                if n > 1 {
+                    std::ptr::copy_nonoverlapping(src.add(n - 2), dst.add(n - 2), 2);
                 }
             }
+            0 => {}
             n if n > ALIASED_ABOVE && aliased(src, dst) => {
                 // Backwards, a cache line at a time to 64-byte-aligned destinations (see
                 // `aliased`): the last bytes first, up to a line boundary.
