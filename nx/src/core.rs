@@ -1173,11 +1173,42 @@ impl State {
     }
 
     /// The scout's reply: write the data straight into the receiver's memory, then say so.
+    ///
+    /// A write that fails (a transport error, a reply naming memory it cannot take) fails
+    /// the send, and the receiver, which waits for the data, is told with a done descriptor
+    /// flagged [`F_FAILED`], so that its receive fails too instead of waiting for ever.
     fn on_reply(&mut self, p: usize, h: &Hdr) -> Result<()> {
-        let Some(mut ls) = self.large.remove(&h.id) else {
+        let Some(ls) = self.large.remove(&h.id) else {
             // A send forgotten after it failed: nobody waits for its data.
             return Ok(());
         };
+        let mid = ls.mid;
+        let Err(e) = self.answer_reply(p, h, ls) else {
+            return Ok(());
+        };
+        // A receiver-assisted send is recorded again by then: revoke what it lent.
+        self.forget_large(h.id);
+        let failed = Hdr {
+            kind: K_DONE | F_FAILED,
+            id: h.id,
+            buf: h.buf,
+            ..Hdr::default()
+        };
+        // Best effort: a receiver that is gone needs no word.
+        let _ = self.send_or_queue(p, failed, &[]);
+        match mid {
+            // A request (isend) fails; its msgwait reports the error.
+            Some(mid) => {
+                self.complete(mid, None, Some(e));
+                Ok(())
+            }
+            // A blocking send waits in this call, or has returned: the error shows now.
+            None => Err(e),
+        }
+    }
+
+    /// [`State::on_reply`]'s transfer of the data of `ls` as reply `h` asks.
+    fn answer_reply(&mut self, p: usize, h: &Hdr, mut ls: LargeSend) -> Result<()> {
         let n = h.n as usize;
         if n > ls.source().len() {
             return Err(vmmc::Error::Protocol(format!(
@@ -1373,7 +1404,8 @@ impl State {
         self.send_or_queue(p, h, &[])
     }
 
-    /// The data of a zero-copy receive is in place.
+    /// The data of a zero-copy receive is in place (or, flagged [`F_FAILED`], its sender
+    /// could not write it: the receive fails).
     fn on_done(&mut self, p: usize, h: &Hdr) -> Result<()> {
         let Some(mid) = self.awaiting.remove(&(p, h.buf)) else {
             return Ok(()); // a cancelled receive
@@ -1387,6 +1419,11 @@ impl State {
         let Some(r) = self.reqs.get(&mid) else {
             return Ok(());
         };
+        if h.kind & F_FAILED != 0 {
+            let info = r.info;
+            self.complete(mid, info, Some(NxError::SendFailed { node: p }));
+            return Ok(());
+        }
         let n = h.n as usize;
         let n4 = n & !3;
         r.buf.write(n4, &h.tail[..n - n4]);

@@ -42,6 +42,13 @@ pub enum NxError {
         /// What this process was doing.
         what: &'static str,
     },
+    /// The sender of a zero-copy message could not write its data into this receive's
+    /// memory (its send failed with the reason); the receive's buffer holds no message.
+    #[error("node {node} failed to write the message's data (its send reports why)")]
+    SendFailed {
+        /// The sending node.
+        node: usize,
+    },
     /// The operation cannot be done here (e.g. a handler receive inside a handler).
     #[error("{0}")]
     NotAllowed(&'static str),
@@ -82,7 +89,7 @@ impl NxError {
             NxError::PeerLost { .. } | NxError::Gone(_) => 7,
             NxError::NotAllowed(_) => 8,
             NxError::Config(_) => 9,
-            NxError::Vmmc(_) => 10,
+            NxError::Vmmc(_) | NxError::SendFailed { .. } => 10,
             NxError::Unsupported(_) => 11,
         }
     }

@@ -38,8 +38,11 @@ pub(crate) const F_INTERNAL: u32 = 0x100;
 pub(crate) const F_NOTIFY: u32 = 0x200;
 /// Flag of a reply from a blocking receive, which will read its part of a [`K_PULL`] at once.
 pub(crate) const F_PULL: u32 = 0x400;
+/// Flag of a done descriptor whose sender could not write the data (its send failed): the
+/// receive fails rather than wait for data that will not come.
+pub(crate) const F_FAILED: u32 = 0x800;
 /// The flag bits of a descriptor's kind.
-pub(crate) const FLAGS: u32 = F_INTERNAL | F_NOTIFY | F_PULL;
+pub(crate) const FLAGS: u32 = F_INTERNAL | F_NOTIFY | F_PULL | F_FAILED;
 
 /// Nudge value: "I am out of packet buffers towards you: please take my messages out".
 pub(crate) const NUDGE_DRAIN: u32 = 1;

@@ -78,3 +78,143 @@ fn malformed_descriptors_from_a_peer_are_rejected() {
         body,
     );
 }
+
+/// Rank 1's small buffer that a forged reply names as a zero-copy message's destination.
+const SMALL: u32 = 0x0d0e_0002;
+
+/// A descriptor with a transfer id, a buffer id and a byte count (the zero-copy kinds).
+fn zero_copy_descriptor(kind: u32, len: u64, id: u32, buf: u32, n: u32, seq: u32) -> [u8; HDR] {
+    let mut b = descriptor(kind, len, seq);
+    b[32..36].copy_from_slice(&id.to_ne_bytes());
+    b[36..40].copy_from_slice(&buf.to_ne_bytes());
+    b[40..44].copy_from_slice(&n.to_ne_bytes());
+    b
+}
+
+/// Rank 0 posts a receive; rank 1 then sends it a zero-copy message's scout and, as a
+/// sender whose write of the data failed, the done descriptor flagged "failed" (0x800) for
+/// the buffer that rank 0's reply names (the first zero-copy buffer id, 0x5000_0000), then a
+/// one-copy message of 8 bytes. Rank 0's receive of the zero-copy message fails with the
+/// sender's failure instead of waiting for ever for data that will not come, and the next
+/// message still arrives.
+fn failed_body() {
+    let ep = vmmc_run::init().expect("join the job");
+    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
+    if ep.rank() == 1 {
+        ep.export(DONE, &done, ExportOptions::new())
+            .expect("export");
+    }
+    let nx = Nx::new(ep.clone()).expect("join NX");
+    const LEN: u64 = 64 << 10;
+    let rank0 = ep.proc_of(0).unwrap();
+    let rank1 = ep.proc_of(1).unwrap();
+    if nx.mynode() == 1 {
+        // Word 0: rank 0's receive is posted; word 1: rank 0 has checked the outcome.
+        done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
+            .expect("rank 0 posts its receive");
+        let raw = ep
+            .import(rank0, CONN_FROM_1)
+            .expect("import rank 0's buffer for rank 1");
+        let slot = (raw.len() - 8 - SLOTS * 8) / SLOTS;
+        raw.send(slot - HDR, &zero_copy_descriptor(2, LEN, 7, 0, 0, 1))
+            .unwrap();
+        let failed = zero_copy_descriptor(4 | 0x800, 0, 7, 0x5000_0000, 0, 2);
+        raw.send(2 * slot - HDR, &failed).unwrap();
+        let mut msg = b"after!!!".to_vec();
+        msg.extend_from_slice(&descriptor(1, 8, 3));
+        raw.send(3 * slot - HDR - 8, &msg).unwrap();
+        done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
+            .expect("rank 0 checks the receives");
+        return;
+    }
+    let tell = |word: usize| {
+        ep.import(rank1, DONE)
+            .and_then(|p| p.send(word * 4, &1u32.to_ne_bytes()))
+            .expect("tell rank 1");
+    };
+    // Posted first, so that the scout meets it and is answered before the done comes.
+    let mid = nx.irecv(-1, vec![0u8; LEN as usize]).expect("irecv");
+    tell(0);
+    let e = nx
+        .msgwait(mid)
+        .expect_err("a zero-copy message whose sender failed");
+    assert!(matches!(e, nx::NxError::SendFailed { node: 1 }), "{e}");
+    assert!(e.to_string().contains("node 1 failed to write"), "{e}");
+    let mut buf = [0u8; 64];
+    let n = nx.crecv(-1, &mut buf).expect("the next message");
+    assert_eq!(&buf[..n], b"after!!!");
+    tell(1);
+}
+
+#[test]
+fn a_zero_copy_receive_fails_when_its_sender_could_not_write() {
+    as_job(
+        "a_zero_copy_receive_fails_when_its_sender_could_not_write",
+        2,
+        &[],
+        failed_body,
+    );
+}
+
+/// Rank 1 answers rank 0's zero-copy send (an `isend` of 256 KiB) with a forged reply that
+/// names a 4 KiB buffer for all of it. Rank 0's write into it fails; `msgwait` reports that
+/// error (it neither hangs nor reports success), and the request is then released.
+fn bad_reply_body() {
+    let ep = vmmc_run::init().expect("join the job");
+    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
+    let small = ep.alloc(4096, MemKind::Shared).expect("alloc");
+    if ep.rank() == 1 {
+        ep.export(DONE, &done, ExportOptions::new())
+            .expect("export");
+        ep.export(SMALL, &small, ExportOptions::new())
+            .expect("export");
+    }
+    let nx = Nx::new(ep.clone()).expect("join NX");
+    const LEN: usize = 256 << 10;
+    let rank0 = ep.proc_of(0).unwrap();
+    let rank1 = ep.proc_of(1).unwrap();
+    if nx.mynode() == 1 {
+        // Word 0: rank 0's send is under way; word 1: rank 0 has checked the outcome.
+        done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
+            .expect("rank 0 sends");
+        let raw = ep
+            .import(rank0, CONN_FROM_1)
+            .expect("import rank 0's buffer for rank 1");
+        let slot = (raw.len() - 8 - SLOTS * 8) / SLOTS;
+        // The first zero-copy send of rank 0 is transfer 1.
+        let reply = zero_copy_descriptor(3, 0, 1, SMALL, LEN as u32, 1);
+        raw.send(slot - HDR, &reply).unwrap();
+        done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
+            .expect("rank 0 checks the send");
+        return;
+    }
+    let mid = nx.isend(5, vec![0x5a; LEN], 1, 0).expect("isend");
+    let tell = |word: usize| {
+        ep.import(rank1, DONE)
+            .and_then(|p| p.send(word * 4, &1u32.to_ne_bytes()))
+            .expect("tell rank 1");
+    };
+    tell(0);
+    let e = nx.msgwait(mid).expect_err("a write past the named buffer");
+    assert!(
+        e.to_string()
+            .contains("outside the 4096-byte receive buffer"),
+        "{e}"
+    );
+    assert!(
+        nx.msgwait(mid)
+            .is_err_and(|e| matches!(e, nx::NxError::InvalidMid(_))),
+        "the failed request is released"
+    );
+    tell(1);
+}
+
+#[test]
+fn a_zero_copy_send_fails_cleanly_on_a_reply_it_cannot_write() {
+    as_job(
+        "a_zero_copy_send_fails_cleanly_on_a_reply_it_cannot_write",
+        2,
+        &[("NX_THRESHOLD", "8192")],
+        bad_reply_body,
+    );
+}

@@ -95,7 +95,7 @@ extern "C" {
 #define EQPEER 7       /* the peer node is gone */
 #define EQNOTALLOWED 8 /* operation not allowed here */
 #define EQCONFIG 9     /* bad setting in the environment */
-#define EQVMMC 10      /* the communication layer failed */
+#define EQVMMC 10      /* the communication layer failed (here or, for a receive, at its sender) */
 #define EQNOTSUP 11    /* cannot be done on Linux or in this job (see above) */
 
 #define INVALID_PTYPE -1
