@@ -91,6 +91,53 @@ fn zero_copy_descriptor(kind: u32, len: u64, id: u32, buf: u32, n: u32, seq: u32
     b
 }
 
+/// Joins the job and NX, rank 1 exporting first its handshake words ([`DONE`]: word 0 says
+/// that rank 0 is ready for the forged descriptors, word 1 that it has checked them) and, with
+/// `small`, a 4 KiB buffer [`SMALL`] (returned, to stay exported while the test runs).
+fn join(small: bool) -> (vmmc::Endpoint, vmmc::Region, Nx, Option<vmmc::Region>) {
+    let ep = vmmc_run::init().expect("join the job");
+    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
+    let mut kept = None;
+    if ep.rank() == 1 {
+        ep.export(DONE, &done, ExportOptions::new())
+            .expect("export");
+        if small {
+            let b = ep.alloc(4096, MemKind::Shared).expect("alloc");
+            ep.export(SMALL, &b, ExportOptions::new()).expect("export");
+            kept = Some(b);
+        }
+    }
+    let nx = Nx::new(ep.clone()).expect("join NX");
+    (ep, done, nx, kept)
+}
+
+/// Rank 1: waits for rank 0's word 0, then returns rank 0's receive buffer for rank 1 and
+/// the size of its packet buffers.
+fn rank0_buffer(ep: &vmmc::Endpoint, done: &vmmc::Region) -> (vmmc::Proxy, usize) {
+    let rank0 = ep.proc_of(0).unwrap();
+    done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
+        .expect("rank 0 is ready");
+    let raw = ep
+        .import(rank0, CONN_FROM_1)
+        .expect("import rank 0's buffer for rank 1");
+    let slot = (raw.len() - 8 - SLOTS * 8) / SLOTS;
+    (raw, slot)
+}
+
+/// Rank 1: stays until rank 0's word 1 (a rank that leaves early is a lost peer).
+fn until_checked(ep: &vmmc::Endpoint, done: &vmmc::Region) {
+    let rank0 = ep.proc_of(0).unwrap();
+    done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
+        .expect("rank 0 checks");
+}
+
+/// Rank 0: sets rank 1's handshake word `word`.
+fn tell(ep: &vmmc::Endpoint, word: usize) {
+    ep.import(ep.proc_of(1).unwrap(), DONE)
+        .and_then(|p| p.send(word * 4, &1u32.to_ne_bytes()))
+        .expect("tell rank 1");
+}
+
 /// Rank 0 posts a receive; rank 1 then sends it a zero-copy message's scout and, as a
 /// sender whose write of the data failed, the done descriptor flagged "failed" (0x800) for
 /// the buffer that rank 0's reply names (the first zero-copy buffer id, 0x5000_0000), then a
@@ -98,24 +145,10 @@ fn zero_copy_descriptor(kind: u32, len: u64, id: u32, buf: u32, n: u32, seq: u32
 /// sender's failure instead of waiting for ever for data that will not come, and the next
 /// message still arrives.
 fn failed_body() {
-    let ep = vmmc_run::init().expect("join the job");
-    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
-    if ep.rank() == 1 {
-        ep.export(DONE, &done, ExportOptions::new())
-            .expect("export");
-    }
-    let nx = Nx::new(ep.clone()).expect("join NX");
+    let (ep, done, nx, _) = join(false);
     const LEN: u64 = 64 << 10;
-    let rank0 = ep.proc_of(0).unwrap();
-    let rank1 = ep.proc_of(1).unwrap();
     if nx.mynode() == 1 {
-        // Word 0: rank 0's receive is posted; word 1: rank 0 has checked the outcome.
-        done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
-            .expect("rank 0 posts its receive");
-        let raw = ep
-            .import(rank0, CONN_FROM_1)
-            .expect("import rank 0's buffer for rank 1");
-        let slot = (raw.len() - 8 - SLOTS * 8) / SLOTS;
+        let (raw, slot) = rank0_buffer(&ep, &done);
         raw.send(slot - HDR, &zero_copy_descriptor(2, LEN, 7, 0, 0, 1))
             .unwrap();
         let failed = zero_copy_descriptor(4 | 0x800, 0, 7, 0x5000_0000, 0, 2);
@@ -123,18 +156,12 @@ fn failed_body() {
         let mut msg = b"after!!!".to_vec();
         msg.extend_from_slice(&descriptor(1, 8, 3));
         raw.send(3 * slot - HDR - 8, &msg).unwrap();
-        done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
-            .expect("rank 0 checks the receives");
+        until_checked(&ep, &done);
         return;
     }
-    let tell = |word: usize| {
-        ep.import(rank1, DONE)
-            .and_then(|p| p.send(word * 4, &1u32.to_ne_bytes()))
-            .expect("tell rank 1");
-    };
     // Posted first, so that the scout meets it and is answered before the done comes.
     let mid = nx.irecv(-1, vec![0u8; LEN as usize]).expect("irecv");
-    tell(0);
+    tell(&ep, 0);
     let e = nx
         .msgwait(mid)
         .expect_err("a zero-copy message whose sender failed");
@@ -143,7 +170,7 @@ fn failed_body() {
     let mut buf = [0u8; 64];
     let n = nx.crecv(-1, &mut buf).expect("the next message");
     assert_eq!(&buf[..n], b"after!!!");
-    tell(1);
+    tell(&ep, 1);
 }
 
 #[test]
@@ -160,41 +187,18 @@ fn a_zero_copy_receive_fails_when_its_sender_could_not_write() {
 /// names a 4 KiB buffer for all of it. Rank 0's write into it fails; `msgwait` reports that
 /// error (it neither hangs nor reports success), and the request is then released.
 fn bad_reply_body() {
-    let ep = vmmc_run::init().expect("join the job");
-    let done = ep.alloc(4096, MemKind::Shared).expect("alloc");
-    let small = ep.alloc(4096, MemKind::Shared).expect("alloc");
-    if ep.rank() == 1 {
-        ep.export(DONE, &done, ExportOptions::new())
-            .expect("export");
-        ep.export(SMALL, &small, ExportOptions::new())
-            .expect("export");
-    }
-    let nx = Nx::new(ep.clone()).expect("join NX");
+    let (ep, done, nx, _small) = join(true);
     const LEN: usize = 256 << 10;
-    let rank0 = ep.proc_of(0).unwrap();
-    let rank1 = ep.proc_of(1).unwrap();
     if nx.mynode() == 1 {
-        // Word 0: rank 0's send is under way; word 1: rank 0 has checked the outcome.
-        done.wait_u32(0, |v| v == 1, || ep.check_peer(rank0))
-            .expect("rank 0 sends");
-        let raw = ep
-            .import(rank0, CONN_FROM_1)
-            .expect("import rank 0's buffer for rank 1");
-        let slot = (raw.len() - 8 - SLOTS * 8) / SLOTS;
+        let (raw, slot) = rank0_buffer(&ep, &done);
         // The first zero-copy send of rank 0 is transfer 1.
         let reply = zero_copy_descriptor(3, 0, 1, SMALL, LEN as u32, 1);
         raw.send(slot - HDR, &reply).unwrap();
-        done.wait_u32(4, |v| v == 1, || ep.check_peer(rank0))
-            .expect("rank 0 checks the send");
+        until_checked(&ep, &done);
         return;
     }
     let mid = nx.isend(5, vec![0x5a; LEN], 1, 0).expect("isend");
-    let tell = |word: usize| {
-        ep.import(rank1, DONE)
-            .and_then(|p| p.send(word * 4, &1u32.to_ne_bytes()))
-            .expect("tell rank 1");
-    };
-    tell(0);
+    tell(&ep, 0);
     let e = nx.msgwait(mid).expect_err("a write past the named buffer");
     assert!(
         e.to_string()
@@ -206,7 +210,7 @@ fn bad_reply_body() {
             .is_err_and(|e| matches!(e, nx::NxError::InvalidMid(_))),
         "the failed request is released"
     );
-    tell(1);
+    tell(&ep, 1);
 }
 
 #[test]
