@@ -359,7 +359,8 @@ fn hamlyn_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
 /// By default, for `HAMLYN_LOOP_SECS` seconds (3), batches of 2000 ping-pongs of a raw
 /// DU+flag, of TRW, and of raw 64 B DUs with the ring's memory pattern (cells of
 /// `HAMLYN_LOOP_STRIDE` bytes, 4160 as the default ring's); prints the least and the median
-/// batch (ns, one way): on a shared machine the least is what the code costs. With
+/// batch (ns, one way): on a shared machine the least is what the code costs. Then the raw
+/// DU+flag with 0 to 32 units of fixed work after each flag (the least batch per amount). With
 /// `HAMLYN_LOOP_SELF`, each rank to itself: the software alone, no line crossing cores
 /// (`HAMLYN_LOOP_QUICK`: fewer batches). `HAMLYN_LOOP_PACKET` sets the packet size.
 fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
@@ -596,9 +597,77 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
         emit("loop TRW ns, median batch", 16, mt);
         emit("loop ratio, median batches", 16, mt / mr);
     }
+    // The raw DU+flag ping-pong again, with a fixed amount of work done by each side between
+    // seeing the flag and answering (what a receiving library does there: checks, placement,
+    // a queue entry): how the one-way time grows with that work on this machine. On the
+    // 2-vCPU EPYC VM of the tests (four runs): with no work the loop sits at 38 to 63 ns
+    // from run to run (levels about 20 ns apart); from about 4 ns of work on, each
+    // nanosecond of it adds 1.3 to 1.6 ns one way (8.9 ns of work: 78-81 ns; 17.6 ns: 91-92;
+    // 35 ns: 114-119). The tagged remote write does about 30 ns more work between flag and
+    // answer than the raw loop (its receiving side and its sending library), hence its 40 to
+    // 50 ns more one way.
+    for units in [0u32, 2, 4, 8, 16, 32, 64, 128] {
+        let mut v = Vec::new();
+        for _ in 0..(secs * 10).max(5) {
+            let t0 = now_ns();
+            for _ in 0..n {
+                seq = seq.wrapping_add(1);
+                raw[12..16].copy_from_slice(&seq.to_ne_bytes());
+                let wait = |seq: u32| {
+                    buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
+                    work(units);
+                };
+                if me == 0 {
+                    proxy.send(0, &raw).expect("du");
+                    wait(seq);
+                } else {
+                    wait(seq);
+                    proxy.send(0, &raw).expect("du");
+                }
+            }
+            v.push((now_ns() - t0) as f64 / n as f64 / 2.0);
+        }
+        if me == 0 {
+            let least = v.iter().copied().fold(f64::MAX, f64::min);
+            let series = format!(
+                "loop raw DU+flag, {:.1} ns of work after each flag, least batch",
+                work_ns(units)
+            );
+            emit(&series, 16, least);
+        }
+    }
     h.flush().map_err(to_vmmc)?;
     boot_barrier(&mut h);
     Ok(())
+}
+
+/// `units` dependent multiplications: a fixed amount of work that the compiler cannot
+/// remove or shorten (trw-loop's work sweep).
+#[inline(never)]
+fn work(units: u32) {
+    let mut x = 1u64;
+    for _ in 0..units {
+        x = std::hint::black_box(x.wrapping_mul(3));
+    }
+    std::hint::black_box(x);
+}
+
+/// What [`work`] of `units` adds to an empty call on this core (ns, the least of several
+/// timings of each).
+fn work_ns(units: u32) -> f64 {
+    let call = |units: u32| {
+        let reps = 100_000u32;
+        (0..5)
+            .map(|_| {
+                let t0 = now_ns();
+                for _ in 0..reps {
+                    work(units);
+                }
+                (now_ns() - t0) as f64 / f64::from(reps)
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    (call(units) - call(0)).max(0.0)
 }
 
 fn nx_job(ep: Endpoint, max: usize) -> vmmc::Result<()> {
