@@ -390,9 +390,9 @@ pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
 
 /// `copy_nonoverlapping` with the sizes of single values made constant, so that a word or a
 /// double word is one load and one store instead of a call to the C library's memmove (the
-/// element accessors of shared virtual memory copy one value at a time), and any length
-/// below 16 at most two overlapping moves of constant size (a short message's bytes, a
-/// deliberate update's body before its flag).
+/// element accessors of shared virtual memory copy one value at a time), and any length up
+/// to 64 at most two overlapping moves of constant size (a short message's bytes, a
+/// deliberate update's body before its flag, a packet's line).
 ///
 /// # Safety
 /// As [`std::ptr::copy_nonoverlapping`] for `len` bytes.
@@ -422,6 +422,17 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
                 }
             }
             0 => {}
+            // A packet's line or a short message: two overlapping moves here too, not a
+            // call to the C library (which does the same two moves after its call and
+            // dispatch).
+            n @ 17..=32 => {
+                std::ptr::copy_nonoverlapping(src, dst, 16);
+                std::ptr::copy_nonoverlapping(src.add(n - 16), dst.add(n - 16), 16);
+            }
+            n @ 33..=64 => {
+                std::ptr::copy_nonoverlapping(src, dst, 32);
+                std::ptr::copy_nonoverlapping(src.add(n - 32), dst.add(n - 32), 32);
+            }
             n if n > ALIASED_ABOVE && aliased(src, dst) => {
                 // Backwards, a cache line at a time to 64-byte-aligned destinations (see
                 // `aliased`): the last bytes first, up to a line boundary.
@@ -512,10 +523,10 @@ mod tests {
 
     #[test]
     fn short_copies_are_exact() {
-        let src: Vec<u8> = (1..=40u8).collect();
-        for len in 0..=17 {
+        let src: Vec<u8> = (1..=80u8).collect();
+        for len in 0..=66 {
             for off in 0..8 {
-                let mut dst = [0u8; 40];
+                let mut dst = [0u8; 80];
                 copy_bytes(&mut dst[off..off + len], &src[3..3 + len]);
                 assert_eq!(dst[off..off + len], src[3..3 + len], "length {len}");
                 assert!(dst[..off].iter().all(|&b| b == 0), "before, length {len}");
