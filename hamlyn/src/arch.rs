@@ -1343,39 +1343,47 @@ impl Hamlyn {
         {
             return Ok(Fast::Other);
         }
+        match self.ready_link()? {
+            Some(from) => self.take_line(from, class),
+            None => Ok(Fast::Empty),
+        }
+    }
+
+    /// The first link, from the one after the last that gave a notification, whose next
+    /// cell holds a packet.
+    #[inline(always)]
+    fn ready_link(&self) -> Result<Option<usize>> {
         let links = self.inc.len();
         let mut from = self.next_link;
-        let mut k = 0;
-        let (cell, want) = loop {
+        for _ in 0..links {
             let i = &self.inc[from];
-            let want = i.consumed.wrapping_add(1);
-            if i.ring.load_u32(self.layout.seq_at(i.cell))? == want {
-                break (i.cell, want);
-            }
-            k += 1;
-            if k == links {
-                return Ok(Fast::Empty);
+            if i.ring.load_u32(self.layout.seq_at(i.cell))? == i.consumed.wrapping_add(1) {
+                return Ok(Some(from));
             }
             from = if from + 1 == links { 0 } else { from + 1 };
-        };
-        let ring = &self.inc[from].ring;
-        let mut hb = [0u8; HEADER_LEN];
-        let at = self.layout.header_at(cell);
-        for (i, piece) in hb.chunks_exact_mut(16).enumerate() {
-            ring.read(at + 16 * i, piece)?;
         }
-        let h = Header::decode(&hb);
+        Ok(None)
+    }
+
+    /// [`Hamlyn::take_fast`]'s work on the packet in `from`'s next cell.
+    #[inline(always)]
+    fn take_line(&mut self, from: usize, class: u64) -> Result<Fast> {
+        let i = &self.inc[from];
+        let (cell, want) = (i.cell, i.consumed.wrapping_add(1));
+        // The cell's last line, header and (for a one-line packet) payload, in one read.
+        let mut line = [0u8; LINE_DATA + HEADER_LEN];
+        let at = self.layout.header_at(cell);
+        i.ring.read(at - LINE_DATA, &mut line)?;
+        let (head, hb) = line.split_at(LINE_DATA);
+        let h = Header::decode(hb.try_into().expect("a header"));
         let Some(dst) = fast_dest(&mut self.slots, &h, self.layout.packet, Some(class)) else {
             return Ok(Fast::Other);
         };
         let dlen = dst.len();
         if dlen <= LINE_DATA {
-            // The payload shares the header's line: its last 16 bytes, read as one move.
-            let mut b = [0u8; LINE_DATA];
-            ring.read(at - LINE_DATA, &mut b)?;
-            copy_bytes(dst, &b[LINE_DATA - pad4(dlen)..][..dlen]);
+            copy_bytes(dst, &head[LINE_DATA - pad4(dlen)..][..dlen]);
         } else {
-            ring.read(self.layout.payload_at(cell, dlen), dst)?;
+            i.ring.read(self.layout.payload_at(cell, dlen), dst)?;
         }
         self.stats.packets += 1;
         let e = NqEntry {
@@ -1401,23 +1409,45 @@ impl Hamlyn {
         if i.consumed.wrapping_sub(i.credited) as usize >= (self.layout.cells / 2).max(1) {
             self.give_credit(from)?;
         }
+        let links = self.inc.len();
         self.next_link = if from + 1 == links { 0 } else { from + 1 };
         Ok(Fast::Took(e))
     }
 
-    /// Waits, taking nothing, until a packet lies in some link or `deadline` (the clock of
-    /// [`now_ns`]) passes ([`Error::Timeout`]). For a receive loop that found nothing
-    /// ([`Fast::Empty`]): nothing but the links can change the answer while it waits (only
-    /// taking packets writes the notification queue, and `pump`, called here only when
-    /// the work queue holds something, never takes any), so each turn is one look at each
-    /// link's next sequence word, as tight as a wait on one word, and the receiving side's
-    /// work starts the moment a packet lands.
+    /// Waits until a packet lies in some link or `deadline` (the clock of [`now_ns`])
+    /// passes ([`Error::Timeout`]), then does [`Hamlyn::take_fast`]'s work on it in the same
+    /// step. For a receive loop whose `take_fast` found nothing ([`Fast::Empty`]): nothing
+    /// but the links can change that answer while it waits (only taking packets writes the
+    /// notification queue or a class's queue, and `pump`, called here only when the work
+    /// queue holds something, never takes any), so each turn is one look at each link's
+    /// next sequence word, as tight as a wait on one word, and the receiving side's work
+    /// starts the moment a packet lands.
+    pub(crate) fn wait_fast(
+        &mut self,
+        class: u64,
+        w: &mut Waiter,
+        deadline: Option<u64>,
+    ) -> Result<Fast> {
+        loop {
+            if let Some(from) = self.ready_link()? {
+                return self.take_line(from, class);
+            }
+            if !self.wq.is_empty() {
+                self.pump_queue()?;
+            }
+            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
+                return Err(Error::Timeout);
+            }
+            w.relax();
+        }
+    }
+
+    /// Waits, taking nothing, until a packet lies in some link or `deadline` passes
+    /// ([`Error::Timeout`]): [`Hamlyn::wait_fast`]'s wait, for the long way's loop.
     pub(crate) fn wait_packet(&mut self, w: &mut Waiter, deadline: Option<u64>) -> Result<()> {
         loop {
-            for i in &self.inc {
-                if i.ring.load_u32(self.layout.seq_at(i.cell))? == i.consumed.wrapping_add(1) {
-                    return Ok(());
-                }
+            if self.ready_link()?.is_some() {
+                return Ok(());
             }
             if !self.wq.is_empty() {
                 self.pump_queue()?;

@@ -246,13 +246,18 @@ impl TaggedReceiver {
         }
         let deadline = timeout.map(|t| crate::wait::now_ns() + t.as_nanos() as u64);
         let mut w: Option<Waiter> = None;
+        let mut next = h.take_fast(self.class)?;
         loop {
             // The fast path first: a tagged write for this receiver is placed the moment it
-            // lands; with nothing in the links, wait on their next sequence words alone.
-            match h.take_fast(self.class)? {
+            // lands; with nothing in the links, wait on their next sequence words alone and
+            // take what lands in the same step.
+            match next {
                 Fast::Took(e) if e.word == tag => return Ok(()),
                 Fast::Took(e) => self.tags.push_back(e.word),
-                Fast::Empty => h.wait_packet(w.get_or_insert_with(Waiter::new), deadline)?,
+                Fast::Empty => {
+                    next = h.wait_fast(self.class, w.get_or_insert_with(Waiter::new), deadline)?;
+                    continue;
+                }
                 // The long way, one arrival at a time: the tag asked for returns at once,
                 // the others queue in their order of arrival.
                 Fast::Other => match h.poll_class(self.class)? {
@@ -269,6 +274,7 @@ impl TaggedReceiver {
                     }
                 },
             }
+            next = h.take_fast(self.class)?;
         }
     }
 }

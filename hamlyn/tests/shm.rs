@@ -67,6 +67,11 @@ fn tagged_lengths() {
 }
 
 #[test]
+fn tagged_timeout() {
+    job("tagged_timeout", 2, Config::default, common::tagged_timeout);
+}
+
+#[test]
 fn one_shot() {
     job("one_shot", 2, Config::default, common::one_shot);
 }

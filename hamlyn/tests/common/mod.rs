@@ -940,6 +940,38 @@ pub fn tagged_protection(h: &mut Hamlyn) -> Result<()> {
     barrier(h)
 }
 
+/// `get_specific_tag` with a timeout: it times out when its tag does not come, whether
+/// nothing arrives or other tags do (those stay queued), and the tag that comes later is
+/// still taken.
+pub fn tagged_timeout(h: &mut Hamlyn) -> Result<()> {
+    let short = Some(Duration::from_millis(50));
+    if h.rank() == 0 {
+        let mut r = TaggedReceiver::new(h, 64)?;
+        h.send_boot(1, &r.ticket(h)?.to_bytes())?;
+        assert!(matches!(
+            r.get_specific_tag(h, 1, short),
+            Err(Error::Timeout)
+        ));
+        send_boot(h, 1, b"2")?;
+        assert!(matches!(
+            r.get_specific_tag(h, 1, short),
+            Err(Error::Timeout)
+        ));
+        r.get_specific_tag(h, 2, LONG)?;
+        send_boot(h, 1, b"1")?;
+        r.get_specific_tag(h, 1, LONG)?;
+        assert_eq!(r.get_tag(h)?, None);
+        assert_eq!(&r.area(h)?[..8], &[2, 2, 2, 2, 1, 1, 1, 1]);
+    } else if h.rank() == 1 {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        assert_eq!(h.recv_boot(0)?, b"2");
+        tagged_write(h, &t, 0, &[2; 4], 2)?;
+        assert_eq!(h.recv_boot(0)?, b"1");
+        tagged_write(h, &t, 4, &[1; 4], 1)?;
+    }
+    barrier(h)
+}
+
 /// Tagged writes of every length from 1 to 40 bytes (the one-line path up to 16, a longer
 /// packet above) at offsets of every alignment: each lands exactly, nothing around it is
 /// written, and tags asked for in reverse order all come back.
