@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use vmmc::pace::now_ns;
-use vmmc::{Endpoint, ExportOptions, MemKind};
+use vmmc::{Endpoint, ExportOptions, MemKind, Proxy, Region};
 use vmmc_benches::stats::{median, sizes_up_to};
 
 const RAW_BUF: u32 = 0x4850_0000;
@@ -515,18 +515,7 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
     for _ in 0..batches {
         let t0 = now_ns();
         for _ in 0..n {
-            seq = seq.wrapping_add(1);
-            raw[12..16].copy_from_slice(&seq.to_ne_bytes());
-            let wait = |seq: u32| {
-                buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
-            };
-            if me == 0 {
-                proxy.send(0, &raw).expect("du");
-                wait(seq);
-            } else {
-                wait(seq);
-                proxy.send(0, &raw).expect("du");
-            }
+            raw_ping_pong(me, &proxy, &buf, &mut seq, 0);
         }
         let t1 = now_ns();
         for _ in 0..n {
@@ -611,19 +600,7 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
         for _ in 0..(secs * 10).max(5) {
             let t0 = now_ns();
             for _ in 0..n {
-                seq = seq.wrapping_add(1);
-                raw[12..16].copy_from_slice(&seq.to_ne_bytes());
-                let wait = |seq: u32| {
-                    buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
-                    work(units);
-                };
-                if me == 0 {
-                    proxy.send(0, &raw).expect("du");
-                    wait(seq);
-                } else {
-                    wait(seq);
-                    proxy.send(0, &raw).expect("du");
-                }
+                raw_ping_pong(me, &proxy, &buf, &mut seq, units);
             }
             v.push((now_ns() - t0) as f64 / n as f64 / 2.0);
         }
@@ -639,6 +616,28 @@ fn trw_loop_job(ep: Endpoint) -> vmmc::Result<()> {
     h.flush().map_err(to_vmmc)?;
     boot_barrier(&mut h);
     Ok(())
+}
+
+/// One ping-pong of a raw 16 B DU whose last word is the flag (rank 0 sends first), with
+/// `units` of [`work`] after each flag seen.
+#[inline(always)]
+fn raw_ping_pong(me: usize, proxy: &Proxy, buf: &Region, seq: &mut u32, units: u32) {
+    *seq = seq.wrapping_add(1);
+    let mut raw = [0x5au8; 16];
+    raw[12..16].copy_from_slice(&seq.to_ne_bytes());
+    let wait = |seq: u32| {
+        buf.wait_u32(12, |v| v == seq, || Ok(())).expect("wait");
+        if units > 0 {
+            work(units);
+        }
+    };
+    if me == 0 {
+        proxy.send(0, &raw).expect("du");
+        wait(*seq);
+    } else {
+        wait(*seq);
+        proxy.send(0, &raw).expect("du");
+    }
 }
 
 /// `units` dependent multiplications: a fixed amount of work that the compiler cannot
