@@ -1331,7 +1331,7 @@ impl Hamlyn {
     /// checks and counts of the long way (`take_packets`, `accept`, `notify`, `h_recv`,
     /// `class_of`). Anything else is left to the long way: [`Fast::Other`] when something
     /// waits for it, [`Fast::Empty`] when nothing has arrived (then
-    /// [`Hamlyn::wait_packet`] is the whole wait).
+    /// [`Hamlyn::wait_fast`] waits, then takes what lands).
     #[inline(always)]
     pub(crate) fn take_fast(&mut self, class: u64) -> Result<Fast> {
         // An entry not yet read, or an arrival already queued for the class, goes first.
