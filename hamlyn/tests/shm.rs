@@ -134,3 +134,8 @@ fn stream_out_of_tickets() {
 fn stream_grows() {
     job("stream_grows", 2, Config::default, common::stream_grows);
 }
+
+#[test]
+fn fuzzed_packets() {
+    job("fuzzed_packets", 2, Config::default, common::fuzzed_packets);
+}

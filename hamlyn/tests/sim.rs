@@ -107,3 +107,8 @@ fn stream_out_of_tickets() {
 fn stream_grows() {
     all_ok(on_sim(2, Config::default(), common::stream_grows));
 }
+
+#[test]
+fn fuzzed_packets() {
+    all_ok(on_sim(2, Config::default(), common::fuzzed_packets));
+}

@@ -6,9 +6,11 @@ use hamlyn::protocols::{
     send_datagram, tagged_write, DatagramReceiver, Seed, StreamReceiver, StreamSender,
     TaggedReceiver,
 };
-use hamlyn::wire::{Header, FAST_INDEX, F_FIRST};
+use hamlyn::ticket::TICKET_LEN;
+use hamlyn::wire::{Header, FAST_INDEX, F_BOOT, F_FIRST};
 use hamlyn::{
-    group_values, split_value, Config, Error, Gather, Hamlyn, Mode, Result, SendOpts, Ticket,
+    group_values, split_value, Config, Error, Gather, Hamlyn, MetaEntry, Mode, Result, SendOpts,
+    Ticket,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1001,6 +1003,158 @@ pub fn tagged_lengths(h: &mut Hamlyn) -> Result<()> {
         for len in 1..=N {
             tagged_write(h, &t, at(len), &pattern(len as u32, len), len as u32)?;
         }
+    }
+    barrier(h)
+}
+
+/// Packets forged at random straight into the forger's ring: any slot, key, metadata index,
+/// offset, length, metadata length, delta, flags (all but the bootstrap channel's) and
+/// payload, from keys the forger holds (a normal slot's, a paranoid-one-shot entry's, a
+/// revoked one) and keys it guesses. The receiving side never panics, takes every packet and
+/// counts each exactly once (accepted or refused), writes nothing into a slot whose key the
+/// forger never held nor into its metadata, and the link goes on working: the message sent
+/// after them arrives intact. `FORGED` packets; the seed is printed (`HAMLYN_FUZZ_SEED`
+/// replays one).
+pub fn fuzzed_packets(h: &mut Hamlyn) -> Result<()> {
+    const FORGED: usize = 3000;
+    const MARK: [u8; 16] = *b"the last message";
+    if h.rank() == 0 {
+        let a = h.create_slot(4096, 4, Mode::Normal)?;
+        let p = h.create_slot(4096, 4, Mode::ParanoidOneShot)?;
+        h.set_entry_bounds(p, 1, 1024, 2048)?;
+        h.rearm(p, 1)?;
+        let victim = h.create_slot(4096, 4, Mode::Normal)?;
+        let revoked = h.create_slot(4096, 4, Mode::Normal)?;
+        let last = h.create_slot(64, 1, Mode::Normal)?;
+        let trx = TaggedReceiver::new(h, 256)?;
+        let mut tickets = Vec::new();
+        for t in [
+            h.ticket(a, 0, 0, 4096)?,
+            h.ticket(p, 1, 1024, 2048)?,
+            h.ticket(revoked, 0, 0, 4096)?,
+            trx.ticket(h)?,
+            h.ticket(last, 0, 0, 64)?,
+            // The victim's slot number with a key that is not its own.
+            Ticket {
+                slot: victim,
+                key: 0,
+                ..h.ticket(a, 0, 0, 4096)?
+            },
+        ] {
+            tickets.extend_from_slice(&t.to_bytes());
+        }
+        h.revoke_slot_key(revoked)?;
+        let before: Vec<MetaEntry> = (0..4).map(|i| *h.meta(victim, i).unwrap()).collect();
+        send_boot(h, 1, &tickets)?;
+        // Every notification up to the last message (the forged packets come first in the
+        // link, so all of them have been taken when it is notified).
+        let mut notified = 0u64;
+        loop {
+            let e = h.h_recv_block(LONG)?;
+            notified += 1;
+            if e.slot == last {
+                break;
+            }
+        }
+        let st = h.stats();
+        assert_eq!(
+            st.packets + st.refused(),
+            FORGED as u64 + 1,
+            "every packet counted once: {st:?}"
+        );
+        assert!(notified <= st.notifications, "{st:?}");
+        assert!(st.refused_key > 0 && st.refused_malformed > 0 && st.refused_bounds > 0);
+        assert!(
+            st.packets > 1,
+            "some forged packets carried a key they held: {st:?}"
+        );
+        println!("fuzzed_packets: {st:?}");
+        for s in [victim, revoked] {
+            assert!(h.area(s)?.iter().all(|&b| b == 0), "slot {s} written");
+            for (i, m) in before.iter().enumerate() {
+                let now = h.meta(s, i as u32)?;
+                assert_eq!(
+                    (now.user, now.acc, now.meta_len, now.bytes),
+                    (m.user, m.acc, m.meta_len, m.bytes),
+                    "slot {s} entry {i}"
+                );
+            }
+        }
+        assert_eq!(&h.area(last)?[..16], &MARK);
+    } else if h.rank() == 1 {
+        let seed: u64 = std::env::var("HAMLYN_FUZZ_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        println!("fuzzed_packets: HAMLYN_FUZZ_SEED={seed}");
+        let b = h.recv_boot(0)?;
+        let t: Vec<Ticket> = b
+            .chunks(TICKET_LEN)
+            .map(Ticket::from_bytes)
+            .collect::<Result<_>>()?;
+        let (last, held) = (t[4], [t[0], t[1], t[2], t[3], t[5]]);
+        let mut rng = seed;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let packet = h.config().packet_size;
+        for _ in 0..FORGED {
+            let r = next();
+            let base = held[(r % 5) as usize];
+            // The first value (one a well-behaved sender would use) half of the time.
+            let pick = |r: u64, v: &[u64]| {
+                if r & 1 == 0 {
+                    v[0]
+                } else {
+                    v[((r >> 1) % v.len() as u64) as usize]
+                }
+            };
+            let plen = (next() % (packet as u64 + 1)) as usize;
+            let plen = if next() % 2 == 0 { plen % 64 } else { plen };
+            let payload: Vec<u8> = (0..plen).map(|i| (r >> (i % 8)) as u8 | 1).collect();
+            let hdr = Header {
+                slot: pick(next(), &[base.slot as u64, next() % 8, next()]) as u32,
+                meta_index: pick(
+                    next(),
+                    &[
+                        base.meta_index as u64,
+                        next() % 6,
+                        FAST_INDEX as u64,
+                        next(),
+                    ],
+                ) as u32,
+                key: pick(next(), &[base.key, next(), 0]),
+                offset: pick(
+                    next(),
+                    &[
+                        next() % 4096,
+                        1024 + next() % 1024,
+                        4096 - plen as u64,
+                        4096,
+                        u64::MAX - next() % 8,
+                        next(),
+                    ],
+                ),
+                delta: pick(next(), &[0, 1, u32::MAX as u64, next()]) as u32,
+                flags: (next() as u32) & !F_BOOT,
+                len: pick(next(), &[plen as u64, next() % 8192, u32::MAX as u64]) as u32,
+                meta_len: pick(next(), &[0, next() % 61, 61, next()]) as u32,
+                word: next() as u32,
+                seq: 0,
+            };
+            h.forge_packet(0, hdr, &payload)?;
+        }
+        let mut m = MARK.to_vec();
+        m.resize(64, 0);
+        h.h_send_msg(&last, 0, &m, &[], SendOpts::default())?;
     }
     barrier(h)
 }
