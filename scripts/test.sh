@@ -19,18 +19,20 @@ totals=$(grep -E '^(test result: .*|[a-z_]+: [0-9]+ passed, [0-9]+ failed)' "$lo
 rm -f "$log"
 # The libraries' job tests again over the tcp transport, chosen by the environment alone.
 VMMC_TRANSPORT=tcp timeout -k 30 1200 cargo test --all-features -p nx --test rust_api \
-  -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job
+  -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job \
+  -p hamlyn --test shm
 # And over the mpi transport (vmmc-run runs mpirun). The tests that kill a rank are left out
 # there: Open MPI 4.1 cannot run a job past a dead rank (transports/mpi's docs say why).
 VMMC_TRANSPORT=mpi timeout -k 30 1200 cargo test --all-features --features vmmc-run/mpi \
   -p nx --test rust_api -p rpc --test vrpc -p srpc --test every -p svm --test shm \
-  -p sockets --test job -- --skip dead
+  -p sockets --test job -p hamlyn --test shm -- --skip dead
 # And over the rdma transport, on the stand-in verbs provider (these machines have no RDMA
 # device), its fabric in a directory of its own.
 rdma_fabric=$(mktemp -d)
 VMMC_TRANSPORT=rdma VMMC_RDMA_LIB="$PWD/target/debug/deps/libvmmc_rdma_standin.so" \
   VMMC_RDMA_STANDIN_DIR="$rdma_fabric" timeout -k 30 1200 cargo test --all-features \
-  -p nx --test rust_api -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job
+  -p nx --test rust_api -p rpc --test vrpc -p srpc --test every -p svm --test shm -p sockets --test job \
+  -p hamlyn --test shm
 rm -rf "$rdma_fabric"
 # The mpi transport's conformance suite built against MPICH and run by its launcher (a target
 # directory of its own: the MPI bindings are specific to the MPI they were built against),

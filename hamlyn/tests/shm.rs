@@ -1,4 +1,5 @@
-//! Every mechanism across real processes over shared memory.
+//! Every mechanism across real processes over shared memory (and over tcp, mpi or rdma with
+//! `VMMC_TRANSPORT`, as `scripts/test.sh` runs them).
 
 mod common;
 
