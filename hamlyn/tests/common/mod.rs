@@ -1010,7 +1010,7 @@ pub fn tagged_lengths(h: &mut Hamlyn) -> Result<()> {
 /// Packets forged at random straight into the forger's ring: any slot, key, metadata index,
 /// offset, length, metadata length, delta, flags (all but the bootstrap channel's) and
 /// payload, from keys the forger holds (a normal slot's, a paranoid-one-shot entry's, a
-/// revoked one) and keys it guesses. The receiving side never panics, takes every packet and
+/// revoked one, a tagged receiver's) and keys it guesses. The receiving side never panics, takes every packet and
 /// counts each exactly once (accepted or refused), writes nothing into a slot whose key the
 /// forger never held nor into its metadata, and the link goes on working: the message sent
 /// after them arrives intact. `FORGED` packets; the seed is printed (`HAMLYN_FUZZ_SEED`
