@@ -1119,19 +1119,13 @@ impl Hamlyn {
         let plen = pad4(len);
         let n = plen + HEADER_LEN;
         let b = &mut self.small;
-        // The padding word first (no byte of an earlier packet goes out), then the data in
-        // whole double words where it can (inline moves, not a call to the C library).
+        // The padding word first (no byte of an earlier packet goes out), then the data: by
+        // the core's copy, which moves up to 64 bytes inline and more in wide moves (a loop
+        // of double words here cost 5 to 9 ns more at 256 bytes, one way).
         if plen >= 4 {
             b[plen - 4..plen].fill(0);
         }
-        let mut words = data.chunks_exact(8);
-        let mut at = 0;
-        for w in &mut words {
-            b[at..at + 8].copy_from_slice(w);
-            at += 8;
-        }
-        let rest = words.remainder();
-        b[at..len].copy_from_slice(rest);
+        copy_bytes(&mut b[..len], data);
         let hb: &mut [u8; HEADER_LEN] = (&mut b[plen..n]).try_into().expect("a header");
         hdr.encode_into(hb);
         let proxy = o.ring.as_ref().expect("imported");

@@ -974,14 +974,16 @@ pub fn tagged_timeout(h: &mut Hamlyn) -> Result<()> {
     barrier(h)
 }
 
-/// Tagged writes of every length from 1 to 40 bytes (the one-line path up to 16, a longer
-/// packet above) at offsets of every alignment: each lands exactly, nothing around it is
-/// written, and tags asked for in reverse order all come back.
+/// Tagged writes of every length from 1 to 300 bytes (the one-line path up to 16, a short
+/// packet staged whole up to 272, a packet of pieces above) at offsets of every alignment:
+/// each lands exactly, nothing around it is written, and tags asked for in reverse order all
+/// come back.
 pub fn tagged_lengths(h: &mut Hamlyn) -> Result<()> {
-    const N: usize = 40;
-    let at = |len: usize| (len * 48 + len % 4) as u64;
+    const N: usize = 300;
+    // Apart by at least 2 bytes, which must stay zero.
+    let at = |len: usize| (len * (len + 1) / 2 + 4 * len + len % 4) as u64;
     if h.rank() == 0 {
-        let mut r = TaggedReceiver::new(h, 2048)?;
+        let mut r = TaggedReceiver::new(h, 48 << 10)?;
         h.send_boot(1, &r.ticket(h)?.to_bytes())?;
         for len in (1..=N).rev() {
             r.get_specific_tag(h, len as u32, LONG)?;
