@@ -1408,8 +1408,9 @@ impl Hamlyn {
         Ok(Fast::Took(e))
     }
 
-    /// Waits until a packet lies in some link or `deadline` (the clock of [`now_ns`])
-    /// passes ([`Error::Timeout`]), then does [`Hamlyn::take_fast`]'s work on it in the same
+    /// Waits until a packet lies in some link, `deadline` (the clock of [`now_ns`])
+    /// passes ([`Error::Timeout`]) or nothing can arrive any more ([`Error::PeerLost`]: no
+    /// other rank alive, see [`Hamlyn::anyone_to_wait_for`]), then does [`Hamlyn::take_fast`]'s work on it in the same
     /// step. For a receive loop whose `take_fast` found nothing ([`Fast::Empty`]): nothing
     /// but the links can change that answer while it waits (only taking packets writes the
     /// notification queue or a class's queue, and `pump`, called here only when the work
@@ -1429,15 +1430,24 @@ impl Hamlyn {
             if !self.wq.is_empty() {
                 self.pump_queue()?;
             }
-            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
-                return Err(Error::Timeout);
+            if w.due() {
+                if deadline.is_some_and(|d| now_ns() >= d) {
+                    return Err(Error::Timeout);
+                }
+                if let Err(e) = self.anyone_to_wait_for() {
+                    return match self.ready_link()? {
+                        Some(from) => self.take_line(from, class),
+                        None => Err(e),
+                    };
+                }
             }
             w.relax();
         }
     }
 
-    /// Waits, taking nothing, until a packet lies in some link or `deadline` passes
-    /// ([`Error::Timeout`]): [`Hamlyn::wait_fast`]'s wait, for the long way's loop.
+    /// Waits, taking nothing, until a packet lies in some link, `deadline` passes
+    /// ([`Error::Timeout`]) or nothing can arrive any more ([`Error::PeerLost`]):
+    /// [`Hamlyn::wait_fast`]'s wait, for the long way's loop.
     pub(crate) fn wait_packet(&mut self, w: &mut Waiter, deadline: Option<u64>) -> Result<()> {
         loop {
             if self.ready_link()?.is_some() {
@@ -1446,8 +1456,16 @@ impl Hamlyn {
             if !self.wq.is_empty() {
                 self.pump_queue()?;
             }
-            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
-                return Err(Error::Timeout);
+            if w.due() {
+                if deadline.is_some_and(|d| now_ns() >= d) {
+                    return Err(Error::Timeout);
+                }
+                if let Err(e) = self.anyone_to_wait_for() {
+                    return match self.ready_link()? {
+                        Some(_) => Ok(()),
+                        None => Err(e),
+                    };
+                }
             }
             w.relax();
         }
@@ -1620,7 +1638,8 @@ impl Hamlyn {
     /// [`Config::wakeup`], a receiver past its spinning phase tells its senders it sleeps and
     /// each sends one notification per sleep (coalesced); the sleep is bounded by
     /// [`crate::wait::MAX_NAP`], which also bounds a wake-up lost to the race between the
-    /// announcement and a packet already written.
+    /// announcement and a packet already written. When no other rank of the job is alive and
+    /// nothing is left to arrive, it returns [`Error::PeerLost`] rather than wait forever.
     pub fn h_recv_block(&mut self, timeout: Option<Duration>) -> Result<NqEntry> {
         let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
         let mut w = Waiter::new();
@@ -1629,8 +1648,13 @@ impl Hamlyn {
                 return Ok(e);
             }
             self.pump()?;
-            if w.due() && deadline.is_some_and(|d| now_ns() >= d) {
-                return Err(Error::Timeout);
+            if w.due() {
+                if deadline.is_some_and(|d| now_ns() >= d) {
+                    return Err(Error::Timeout);
+                }
+                if let Err(e) = self.anyone_to_wait_for() {
+                    return self.h_recv()?.ok_or(e);
+                }
             }
             if self.cfg.wakeup && w.sleepy() {
                 self.sleep_once()?;
@@ -1749,7 +1773,8 @@ impl Hamlyn {
     }
 
     /// [`Hamlyn::poll_class`], waiting up to `timeout`; gives up with `PeerLost` when `peer`
-    /// (the one sender of a connection) is gone.
+    /// (the one sender of a connection) is gone or, with no `peer`, when no other rank of the
+    /// job is alive (what arrived before goes out first).
     pub fn wait_class(
         &mut self,
         class: u64,
@@ -1767,14 +1792,16 @@ impl Hamlyn {
                 if deadline.is_some_and(|d| now_ns() >= d) {
                     return Err(Error::Timeout);
                 }
-                if let Some(p) = peer {
-                    if let Err(e) = self.check_peer(p) {
-                        // What arrived before the death is still good.
-                        if let Some(e) = self.poll_class(class)? {
-                            return Ok(e);
-                        }
-                        return Err(e);
+                let alive = match peer {
+                    Some(p) => self.check_peer(p),
+                    None => self.anyone_to_wait_for(),
+                };
+                if let Err(e) = alive {
+                    // What arrived before the death is still good.
+                    if let Some(e) = self.poll_class(class)? {
+                        return Ok(e);
                     }
+                    return Err(e);
                 }
             }
             w.relax();
@@ -1795,7 +1822,27 @@ impl Hamlyn {
         self.check_peer(r).is_ok()
     }
 
-    /// Waits, taking packets meanwhile, until `done(self)` holds (or `peer` dies).
+    /// Whether a wait that knows no sender in particular (a receiver end point before its
+    /// first message, `h_recv_block`, a tagged receiver) can still be answered: some other
+    /// rank of the job is alive, or this process's own work queue still holds messages (to
+    /// itself). If not, nothing can ever land in a link again, and the wait ends with
+    /// [`Error::PeerLost`] after one last look at the links (what the dead sent before they
+    /// went is still delivered). A job of one process keeps waiting: its only sender is
+    /// itself.
+    fn anyone_to_wait_for(&self) -> Result<()> {
+        let others = (0..self.inc.len() as u32).filter(|&r| r != self.me);
+        if self.inc.len() < 2 || !self.wq.is_empty() || others.clone().any(|r| self.peer_alive(r)) {
+            return Ok(());
+        }
+        let ranks: Vec<String> = others.map(|r| r.to_string()).collect();
+        Err(Error::PeerLost(format!(
+            "{} (every other rank of the job; nothing can arrive)",
+            ranks.join(", ")
+        )))
+    }
+
+    /// Waits, taking packets meanwhile, until `done(self)` holds (or `peer` dies; with no
+    /// `peer`, until no other rank of the job is alive).
     pub fn wait_until(
         &mut self,
         peer: Option<u32>,
@@ -1809,8 +1856,17 @@ impl Hamlyn {
             }
             self.poll_links()?;
             if w.due() {
-                if let Some(p) = peer {
-                    self.check_peer(p)?;
+                let alive = match peer {
+                    Some(p) => self.check_peer(p),
+                    None => self.anyone_to_wait_for(),
+                };
+                if let Err(e) = alive {
+                    // One last look: what the dead sent before they went.
+                    self.poll_links()?;
+                    if done(self)? {
+                        return Ok(());
+                    }
+                    return Err(e);
                 }
             }
             w.relax();

@@ -31,7 +31,9 @@
 //! and tagged remote write ([`protocols::TaggedReceiver`], `get_tag` / `get_specific_tag`).
 //!
 //! Waiting (a full link or work queue, no tickets, `h_recv_block`) goes through one small
-//! module, [`wait`], to be switched to the core's waiting policy when there is one.
+//! module, [`wait`], over the core's waiting policy. No wait outlives what it waits for: one
+//! for a known peer ends with [`Error::PeerLost`] when that peer dies, one for any sender
+//! when no other rank of the job is alive (after what they sent before is delivered).
 //!
 //! Where the protection checks happen, and what holds on a transport that maps receive memory
 //! into the sender (shm), is stated in [`arch`]'s documentation.

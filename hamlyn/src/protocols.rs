@@ -128,7 +128,8 @@ impl DatagramReceiver {
             None => Ok(None),
         }
     }
-    /// Waits up to `timeout` for the datagram.
+    /// Waits up to `timeout` (`None`: forever) for the datagram; [`Error::PeerLost`] when no
+    /// other rank of the job is alive to send one.
     pub fn receive_block(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Datagram> {
         let e = h.wait_class(self.class, timeout, None)?;
         self.process_arrival(h, &e)
@@ -233,7 +234,9 @@ impl TaggedReceiver {
         }
         Ok(self.tags.pop_front())
     }
-    /// `get_specific_tag`: waits up to `timeout` for `tag` (other tags stay queued).
+    /// `get_specific_tag`: waits up to `timeout` (`None`: forever) for `tag` (other tags stay
+    /// queued); [`Error::PeerLost`] when it has not arrived and no other rank of the job is
+    /// alive to send it.
     pub fn get_specific_tag(
         &mut self,
         h: &mut Hamlyn,
@@ -500,8 +503,9 @@ impl StreamReceiver {
     }
 
     /// Waits up to `timeout` (`None`: forever) for the next record. A sender that died is
-    /// reported as [`Error::PeerLost`] once every record it sent has been received; a closed
-    /// stream as [`Error::Closed`].
+    /// reported as [`Error::PeerLost`] once every record it sent has been received (before
+    /// its hello, when no other rank of the job is alive); a closed stream as
+    /// [`Error::Closed`].
     pub fn receive_block(&mut self, h: &mut Hamlyn, timeout: Option<Duration>) -> Result<Record> {
         self.next_record(h, timeout)?.ok_or(Error::Timeout)
     }

@@ -104,6 +104,18 @@ fn dead_sender() {
 }
 
 #[test]
+fn dead_sender_unknown_to_receiver() {
+    let o = Job::new("dead_sender_unknown_to_receiver", 2)
+        .limit(Duration::from_secs(60))
+        .run(|| {
+            let mut h = hamlyn(Config::default());
+            common::dead_sender_unknown_to_receiver(&mut h).expect("scenario");
+        });
+    assert_eq!(o.ranks_ok(), 1, "{}", o.report());
+    assert!(o.stdout.contains("h_recv_block: peer"), "{}", o.report());
+}
+
+#[test]
 fn forged_packets() {
     job("forged_packets", 2, Config::default, common::forged_packets);
 }

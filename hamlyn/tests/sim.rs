@@ -82,6 +82,17 @@ fn dead_sender() {
 }
 
 #[test]
+fn dead_sender_unknown_to_receiver() {
+    let out = on_sim(
+        2,
+        Config::default(),
+        common::dead_sender_unknown_to_receiver,
+    );
+    assert!(matches!(out[0], Outcome::Returned(())), "{out:?}");
+    assert!(matches!(out[1], Outcome::Died), "{out:?}");
+}
+
+#[test]
 fn forged_packets() {
     all_ok(on_sim(2, Config::default(), common::forged_packets));
 }

@@ -538,6 +538,49 @@ pub fn dead_sender(h: &mut Hamlyn) -> Result<()> {
     Ok(())
 }
 
+/// Receivers that know no sender in particular (a tagged receiver, a datagram receiver,
+/// `h_recv_block`, a stream receiver whose sender never said hello) wait forever, with no
+/// time-out, while their one possible sender dies: each delivers what the sender wrote
+/// before it died, then reports the death instead of waiting for what can no longer come.
+pub fn dead_sender_unknown_to_receiver(h: &mut Hamlyn) -> Result<()> {
+    assert_eq!(h.size(), 2);
+    if h.rank() == 0 {
+        let mut trx = TaggedReceiver::new(h, 64)?;
+        let mut dg = DatagramReceiver::new(h, 64, Mode::Normal)?;
+        let mut rx = StreamReceiver::new(h, 4096, 4)?;
+        h.send_boot(1, &trx.ticket(h)?.to_bytes())?;
+        h.send_boot(1, &dg.ticket(h)?.to_bytes())?;
+        // Its last words arrive; then nothing more can.
+        trx.get_specific_tag(h, 7, None)?;
+        assert_eq!(&trx.area(h)?[..12], b"last words 7");
+        let lost = |r: Result<()>, what: &str| match r {
+            Err(Error::PeerLost(p)) => {
+                println!("{what}: peer {p}");
+                Ok(())
+            }
+            r => Err(Error::Protocol(format!("{what}: {r:?}, not PeerLost"))),
+        };
+        lost(trx.get_specific_tag(h, 8, None), "get_specific_tag")?;
+        let d = dg.receive_block(h, None)?;
+        assert_eq!(dg.data(h, &d)?, b"bye!");
+        lost(
+            dg.receive_block(h, None).map(drop),
+            "datagram receive_block",
+        )?;
+        lost(rx.receive_block(h, None).map(drop), "stream receive_block")?;
+        lost(h.h_recv_block(None).map(drop), "h_recv_block")?;
+        assert_eq!(trx.get_tag(h)?, None);
+    } else {
+        let tt = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let dt = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        tagged_write(h, &tt, 0, b"last words 7", 7)?;
+        send_datagram(h, &dt, b"bye!", None)?;
+        h.flush()?;
+        vmmc::conformance::die();
+    }
+    Ok(())
+}
+
 /// Packets forged by a sender straight into its own ring (which it may write: its pages are
 /// mapped into it on shm) are refused by the receiving side with nothing written: a length
 /// over the packet size, metadata over 60 bytes, an offset that overflows, a guessed key, a
