@@ -27,8 +27,10 @@
 //!   guarantee is at page granularity as in seed 000: a sender may scribble anywhere in the
 //!   whole pages of its own ring, which only ever produces packets the receiving side checks
 //!   like any other; it cannot reach another sender's ring (import refused) nor any slot.
-//! * The sending library performs no check at all: keys and bounds are the receiver's to
-//!   enforce, as a receiving interface would.
+//! * The sending library checks only that a message lies in its ticket's window (an early,
+//!   clear error for the sender's own mistake, [`Error::TooLarge`]); keys and bounds are the
+//!   receiver's to enforce, as a receiving interface would, and it enforces them whatever the
+//!   ticket says (a ticket's fields can be anything).
 //!
 //! # Differences from the hardware
 //!
@@ -134,7 +136,9 @@ pub struct MetaEntry {
     pub armed: u32,
     /// Bytes of user metadata that arrived.
     pub meta_len: u32,
-    /// Data bytes accepted for the current message.
+    /// Data bytes accepted for the current message (of a group receive, for the whole
+    /// group): counted from the message's first packet to arrive, kept after its
+    /// notification until the next message's first packet.
     pub bytes: u64,
     _pad: [u8; 16],
 }
@@ -159,7 +163,8 @@ impl Default for MetaEntry {
 }
 
 impl MetaEntry {
-    /// The user metadata that arrived with the last message.
+    /// The user metadata of the last message whose first packet arrived (empty if it had
+    /// none).
     pub fn metadata(&self) -> &[u8] {
         &self.user[..(self.meta_len as usize).min(USER_META)]
     }
@@ -259,6 +264,18 @@ fn fast_dest<'a>(
     }
     let start = usize::try_from(h.offset).ok()?;
     slot.area.get_mut(start..start.checked_add(dlen)?)
+}
+
+/// The sending library's look at a message against its ticket: `total` bytes at `offset`
+/// must lie in the ticket's window. A courtesy to the sender, which learns of its mistake at
+/// once; protection does not rest on it (a ticket's fields can be anything, and the
+/// receiving side checks every packet against the slot and, in paranoid modes, the entry).
+#[inline]
+fn check_window(t: &Ticket, offset: u64, total: usize) -> Result<()> {
+    match offset.checked_add(total as u64) {
+        Some(end) if offset >= t.base && end <= t.bound => Ok(()),
+        _ => Err(Error::TooLarge("data beyond the ticket's window")),
+    }
 }
 
 /// What [`Hamlyn::take_fast`] found.
@@ -405,11 +422,19 @@ impl Hamlyn {
     /// Sets up this process's interface on `ep`: exports one ring per rank of the job (only
     /// that rank may import it) and one credit buffer per rank.
     pub fn new(ep: Endpoint, cfg: Config) -> Result<Hamlyn> {
-        if cfg.packet_size < 64 || cfg.ring_cells < 2 || cfg.work_queue == 0 {
-            return Err(Error::InvalidArgument("packet_size >= 64, ring_cells >= 2"));
+        if cfg.packet_size < 64 {
+            return Err(Error::InvalidArgument(
+                "packet_size must be at least 64 bytes",
+            ));
+        }
+        if cfg.ring_cells < 2 {
+            return Err(Error::InvalidArgument("ring_cells must be at least 2"));
+        }
+        if cfg.work_queue == 0 {
+            return Err(Error::InvalidArgument("work_queue must be at least 1"));
         }
         if cfg.notify_queue < 2 {
-            return Err(Error::InvalidArgument("notify_queue >= 2"));
+            return Err(Error::InvalidArgument("notify_queue must be at least 2"));
         }
         let me = ep.rank() as u32;
         let layout = RingLayout::new(cfg.ring_cells, cfg.packet_size);
@@ -655,6 +680,14 @@ impl Hamlyn {
     /// normal mode, the entry's in paranoid modes.
     pub fn ticket(&self, s: SlotId, i: u32, base: u64, bound: u64) -> Result<Ticket> {
         let sl = self.slot(s)?;
+        if base > bound || bound > sl.area.len() as u64 {
+            return Err(Error::InvalidArgument(
+                "ticket window outside the slot (base <= bound <= the slot's length)",
+            ));
+        }
+        if i as usize >= sl.meta.len() {
+            return Err(Error::NoSuch("metadata entry"));
+        }
         let key = match sl.mode {
             Mode::Normal => sl.key,
             _ => self.meta(s, i)?.key,
@@ -763,14 +796,29 @@ impl Hamlyn {
             data.len(),
             opts,
         )?;
-        let h = Handle(self.posted);
-        self.posted += 1;
         while e.next < e.npackets {
-            self.wait_room(e.dest)?;
+            match self.wait_room(e.dest) {
+                Ok(()) => {}
+                // Without blocking, a full link before the first packet refuses the message
+                // (nothing of it went); after it, the rest is queued with a copy of the data
+                // and leaves as the link drains (`pump`): the packets already sent have been
+                // counted by the receiver's accumulator, and a retry would count them twice.
+                Err(Error::WouldBlock(why)) if e.next == 0 => return Err(Error::WouldBlock(why)),
+                Err(Error::WouldBlock(_)) => {
+                    e.src = Source::Inline(data.to_vec());
+                    let h = Handle(self.posted);
+                    self.posted += 1;
+                    self.wq.push_back(e);
+                    return Ok(h);
+                }
+                Err(err) => return Err(err),
+            }
             while e.next < e.npackets && self.room(e.dest) > 0 {
                 self.put_next(&mut e, Some(data))?;
             }
         }
+        let h = Handle(self.posted);
+        self.posted += 1;
         self.completion += 1;
         Ok(h)
     }
@@ -814,6 +862,7 @@ impl Hamlyn {
         if data.len() > self.cfg.packet_size {
             return Err(Error::TooLarge("a fast-mode message is one packet"));
         }
+        check_window(t, offset, data.len())?;
         // Fast path: nothing queued and room in the ring: straight out, no queue entry.
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
@@ -901,10 +950,13 @@ impl Hamlyn {
         } else {
             1 + (total - first).div_ceil(p)
         };
-        if npackets > 1 && opts.counter != 0 && opts.counter.wrapping_sub(npackets as u32 - 1) == 0
-        {
+        check_window(t, offset, total)?;
+        // §2.5: each packet but the last carries 1 and the last what is left of the value,
+        // so a value below the packet count would wrap the last delta and could bring a
+        // group's accumulator to 0 before its last packet.
+        if npackets > 1 && opts.counter != 0 && (opts.counter as usize) < npackets {
             return Err(Error::InvalidArgument(
-                "packet counter value equals the packet count minus one",
+                "packet counter value below the message's packet count (section 2.5)",
             ));
         }
         let order = match self.cfg.permute {
@@ -1554,9 +1606,15 @@ impl Hamlyn {
             if h.flags & F_FIRST != 0 && e.acc != 0 {
                 self.stats.reordered += 1;
             }
-            if mlen > 0 {
+            if h.flags & F_FIRST != 0 {
+                // The message's metadata, none included: `metadata()` is this message's.
                 ring.read(at, &mut e.user[..mlen])?;
                 e.meta_len = mlen as u32;
+            }
+            // The first packet to arrive of a message (or of a group's messages) finds the
+            // accumulator at 0 and starts the count of its bytes.
+            if h.delta == 0 || e.acc == 0 {
+                e.bytes = 0;
             }
             e.bytes += dlen as u64;
             let done = if h.delta == 0 {

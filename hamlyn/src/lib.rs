@@ -72,29 +72,33 @@ pub use error::{Error, Result};
 pub use ticket::Ticket;
 
 /// Initial packet counter values for a group receive of `n` senders (§2.5): `n` non-zero
-/// values whose sum is 2^32 (0 modulo 2^32).
-pub fn group_values(n: usize) -> Vec<u32> {
+/// values whose sum is 2^32 (0 modulo 2^32). `n` from 1 to 2^20.
+pub fn group_values(n: usize) -> Result<Vec<u32>> {
     split_value(0, n)
 }
 
 /// Delegation (§2.5): splits a sender's value `y` (0 meaning 2^32, a whole group) into `n`
-/// values that sum to it modulo 2^32, none of them 0.
-pub fn split_value(y: u32, n: usize) -> Vec<u32> {
-    assert!(n > 0 && n <= 1 << 20, "split into 1..2^20 parts");
+/// values that sum to it modulo 2^32, none of them 0. `n` from 1 to 2^20, and at most `y`.
+/// Each value must still be at least the packet count of the message sent with it.
+pub fn split_value(y: u32, n: usize) -> Result<Vec<u32>> {
+    if n == 0 || n > 1 << 20 {
+        return Err(Error::InvalidArgument("split into 1 to 2^20 parts"));
+    }
     if n == 1 {
         // 2^32 is 0 modulo 2^32: a group of one is an ordinary message.
-        return vec![y];
+        return Ok(vec![y]);
     }
     let whole: u64 = if y == 0 { 1 << 32 } else { y as u64 };
+    if (n as u64) > whole {
+        return Err(Error::InvalidArgument(
+            "a value too small to split that many ways",
+        ));
+    }
     let part = whole / n as u64;
     let mut v: Vec<u32> = (0..n).map(|_| part as u32).collect();
     let rest = whole - part * (n as u64 - 1);
     v[n - 1] = rest as u32;
-    assert!(
-        v.iter().all(|&x| x != 0),
-        "value {y} too small to split {n} ways"
-    );
-    v
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -104,18 +108,23 @@ mod tests {
     #[test]
     fn group_values_sum_to_2_32() {
         for n in 1..10 {
-            let v = group_values(n);
+            let v = group_values(n).unwrap();
             let s = v.iter().fold(0u32, |a, &x| a.wrapping_add(x));
             assert_eq!(s, 0, "{v:?}");
             assert!(n == 1 || v.iter().all(|&x| x != 0));
         }
-        let v = group_values(3);
-        let d = split_value(v[1], 2);
+        let v = group_values(3).unwrap();
+        let d = split_value(v[1], 2).unwrap();
         assert_eq!(d[0].wrapping_add(d[1]), v[1]);
         let total = v[0]
             .wrapping_add(v[2])
             .wrapping_add(d[0])
             .wrapping_add(d[1]);
         assert_eq!(total, 0);
+        assert_eq!(split_value(3, 3).unwrap(), vec![1, 1, 1]);
+        assert!(split_value(2, 3).is_err());
+        assert!(split_value(7, 0).is_err());
+        assert!(group_values((1 << 20) + 1).is_err());
+        assert_eq!(group_values(1 << 20).unwrap().len(), 1 << 20);
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::arch::{Fast, Hamlyn, Mode, NqEntry, SendOpts, SlotId};
 use crate::error::{Error, Result};
-use crate::ticket::{Ticket, TICKET_LEN};
+use crate::ticket::{Ticket, TICKET_LEN, T_ANY_ENTRY};
 use crate::wait::Waiter;
 use crate::Handle;
 use std::collections::{BTreeMap, VecDeque};
@@ -167,7 +167,10 @@ impl DatagramReceiver {
 
     /// The data of `d`, in place (valid until the next datagram arrives here).
     pub fn data<'a>(&self, h: &'a Hamlyn, d: &Datagram) -> Result<&'a [u8]> {
-        Ok(&h.area(self.slot)?[d.offset..d.offset + d.len])
+        d.offset
+            .checked_add(d.len)
+            .and_then(|end| h.area(self.slot).ok()?.get(d.offset..end))
+            .ok_or_else(|| Error::Protocol("datagram outside its slot".into()))
     }
 }
 
@@ -247,7 +250,10 @@ impl TaggedReceiver {
             self.tags.remove(i);
             return Ok(());
         }
-        let deadline = timeout.map(|t| crate::wait::now_ns() + t.as_nanos() as u64);
+        let deadline = timeout.map(|t| {
+            let t = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            crate::wait::now_ns().saturating_add(t)
+        });
         let mut w: Option<Waiter> = None;
         let mut next = h.take_fast(self.class)?;
         loop {
@@ -512,14 +518,20 @@ impl StreamReceiver {
 
     /// The bytes of a record, in place in the receiver's buffer.
     pub fn data<'a>(&self, h: &'a Hamlyn, r: &Record) -> Result<&'a [u8]> {
-        h.area(r.slot)?
-            .get(r.offset..r.offset + r.len)
+        r.offset
+            .checked_add(r.len)
+            .and_then(|end| h.area(r.slot).ok()?.get(r.offset..end))
             .ok_or_else(|| Error::Protocol("record outside the stream buffer".into()))
     }
 
     /// `release`: frees every record up to and including `r`; the sender gets the tickets
     /// and buffer space back.
     pub fn release(&mut self, h: &mut Hamlyn, r: &Record) -> Result<()> {
+        if r.id >= self.next {
+            return Err(Error::InvalidArgument(
+                "release of a record this receiver has not returned",
+            ));
+        }
         let mut bytes = 0;
         while self.handed.front().is_some_and(|&(id, _)| id <= r.id) {
             bytes += self.handed.pop_front().expect("front").1;
@@ -560,6 +572,22 @@ impl StreamReceiver {
     }
 }
 
+/// A receiver's stream ticket as the sender needs it: a window from the slot's start of at
+/// least 64 bytes, over `entries` metadata entries that exist.
+fn check_stream_ticket(t: &Ticket, entries: u32) -> Result<()> {
+    let count = (t.flags >> 16) & 0xffff;
+    if t.base != 0
+        || t.len() < 64
+        || t.len() > u32::MAX as u64
+        || t.flags & T_ANY_ENTRY == 0
+        || count < entries.min(0xffff)
+        || t.meta_index.checked_add(entries).is_none()
+    {
+        return Err(Error::Protocol("not a stream receiver's ticket".into()));
+    }
+    Ok(())
+}
+
 /// Stream protocol (§3.3), sending end, grown from a seed. `send` coalesces small writes by
 /// copying and sends large ones as they are; `flush` forces out what is coalesced. The
 /// sender blocks (or gets `WouldBlock`) when it runs out of tickets or buffer space.
@@ -589,6 +617,7 @@ impl StreamSender {
         if seed.kind != SeedKind::Stream || seed.entries < 2 {
             return Err(Error::Protocol("not a stream seed".into()));
         }
+        check_stream_ticket(&seed.ticket, seed.entries)?;
         let credit_slot = h.create_slot(64, 0, Mode::Normal)?;
         let credit_class = h.new_class();
         h.set_fast_class(credit_slot, credit_class)?;
@@ -605,15 +634,18 @@ impl StreamSender {
             released: 0,
             released_pos: 0,
             pending: Vec::new(),
-            coalesce: h.config().packet_size.min(16 << 10),
+            coalesce: 0,
             closed: false,
         };
+        s.coalesce = h.config().packet_size.min(16 << 10).min(s.max_message());
         let ct = h.fast_ticket(credit_slot)?;
         s.message(h, &[], ST_HELLO, Some(&ct))?;
         Ok(s)
     }
 
-    /// The largest message: a quarter of the receiver's buffer.
+    /// The largest message: a quarter of the receiver's buffer. A message of up to half the
+    /// buffer always fits once everything before it is released (before the position, or
+    /// after it with the tail skipped); coalesced writes are held to it too.
     fn max_message(&self) -> usize {
         (self.buf_len / 4).max(1) as usize
     }
@@ -624,6 +656,10 @@ impl StreamSender {
                 // A larger buffer: the next records go there; the old one's space no longer
                 // limits us (its records hold tickets until released).
                 let t = Ticket::from_bytes(&h.area(self.credit_slot)?[..TICKET_LEN])?;
+                check_stream_ticket(&t, self.entries)?;
+                if t.len() < self.buf_len {
+                    return Err(Error::Protocol("a stream buffer that shrinks".into()));
+                }
                 self.t = t;
                 self.buf_len = t.len();
                 self.wpos = 0;

@@ -14,7 +14,9 @@ pub const T_ANY_ENTRY: u32 = 1;
 /// Ticket flag: fast mode (§2.7): one word of metadata in the notification entry.
 pub const T_FAST: u32 = 2;
 
-/// Permission to write a window of a receiver's slot.
+/// Permission to write a window of a receiver's slot. The receiving side enforces the slot's
+/// key and bounds (in paranoid modes the entry's key and bounds, which should be the window);
+/// the sending library refuses a message outside the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ticket {
     /// Rank of the receiving process in the job.

@@ -116,6 +116,41 @@ fn dead_sender_unknown_to_receiver() {
 }
 
 #[test]
+fn bad_input() {
+    job("bad_input", 2, Config::default, common::bad_input);
+}
+
+#[test]
+fn non_blocking_long_send() {
+    job(
+        "non_blocking_long_send",
+        2,
+        common::tiny_ring_non_blocking_config,
+        common::non_blocking_long_send,
+    );
+}
+
+#[test]
+fn small_stream_buffer() {
+    job(
+        "small_stream_buffer",
+        2,
+        Config::default,
+        common::small_stream_buffer,
+    );
+}
+
+#[test]
+fn nq_back_pressure() {
+    job(
+        "nq_back_pressure",
+        2,
+        common::small_nq_config,
+        common::nq_back_pressure,
+    );
+}
+
+#[test]
 fn forged_packets() {
     job("forged_packets", 2, Config::default, common::forged_packets);
 }

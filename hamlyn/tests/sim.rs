@@ -93,6 +93,39 @@ fn dead_sender_unknown_to_receiver() {
 }
 
 #[test]
+fn bad_input() {
+    all_ok(on_sim(2, Config::default(), common::bad_input));
+}
+
+#[test]
+fn non_blocking_long_send() {
+    all_ok(on_sim(
+        2,
+        common::tiny_ring_non_blocking_config(),
+        common::non_blocking_long_send,
+    ));
+}
+
+#[test]
+fn small_stream_buffer() {
+    all_ok(on_sim(2, Config::default(), common::small_stream_buffer));
+}
+
+#[test]
+fn nq_back_pressure() {
+    all_ok(on_sim(
+        2,
+        common::small_nq_config(),
+        common::nq_back_pressure,
+    ));
+}
+
+#[test]
+fn tagged_timeout() {
+    all_ok(on_sim(2, Config::default(), common::tagged_timeout));
+}
+
+#[test]
 fn forged_packets() {
     all_ok(on_sim(2, Config::default(), common::forged_packets));
 }

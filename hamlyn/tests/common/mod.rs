@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use hamlyn::protocols::{
-    send_datagram, tagged_write, DatagramReceiver, Seed, StreamReceiver, StreamSender,
-    TaggedReceiver,
+    send_datagram, tagged_write, Datagram, DatagramReceiver, Record, Seed, StreamReceiver,
+    StreamSender, TaggedReceiver,
 };
 use hamlyn::ticket::TICKET_LEN;
 use hamlyn::wire::{Header, FAST_INDEX, F_BOOT, F_FIRST};
@@ -163,7 +163,7 @@ pub fn group_receive(h: &mut Hamlyn) -> Result<()> {
     if h.rank() == 0 {
         let slot = h.create_slot(3 * part, 1, Mode::Normal)?;
         let t = h.ticket(slot, 0, 0, 3 * part as u64)?;
-        let vals = group_values(3);
+        let vals = group_values(3)?;
         for r in 1..4u32 {
             let mut b = t.to_bytes().to_vec();
             b.extend_from_slice(&vals[r as usize - 1].to_le_bytes());
@@ -198,7 +198,7 @@ pub fn group_receive(h: &mut Hamlyn) -> Result<()> {
         let at = (r * part) as u64;
         if h.rank() == 3 {
             // Delegation: two messages whose values sum to ours.
-            let ys = split_value(y, 2);
+            let ys = split_value(y, 2)?;
             let half = part / 2;
             h.h_send_msg(
                 &t,
@@ -293,19 +293,30 @@ pub fn protection(h: &mut Hamlyn) -> Result<()> {
         let tn = Ticket::from_bytes(&b)?;
         let t1 = Ticket::from_bytes(&b[44..])?;
         let o = SendOpts::default();
-        // The sending library checks nothing: every packet goes out.
+        // The sending library refuses a message outside its ticket's window...
+        let r = h.h_send_msg(&tn, 4000, &[9; 200], &[], o);
+        assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+        let r = h.h_send_msg(&tn, u64::MAX - 10, &[9; 200], &[], o);
+        assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+        // ...but a ticket's fields can be anything: widened, every packet goes out, and the
+        // receiving side is what refuses them.
+        let wide = |t: Ticket| Ticket {
+            base: 0,
+            bound: u64::MAX,
+            ..t
+        };
         let bad_key = Ticket {
             key: tn.key ^ 1,
             ..tn
         };
         h.h_send_msg(&bad_key, 0, &[9; 100], &[], o)?;
-        h.h_send_msg(&tn, 4000, &[9; 200], &[], o)?; // beyond the slot
-        h.h_send_msg(&t1, 5000, &[9; 10], &[], o)?; // in the slot, beyond entry 0's bounds
+        h.h_send_msg(&wide(tn), 4000, &[9; 200], &[], o)?; // beyond the slot
+        h.h_send_msg(&wide(t1), 5000, &[9; 10], &[], o)?; // in the slot, beyond entry 0's bounds
         h.h_send_msg(
-            &Ticket {
+            &wide(Ticket {
                 meta_index: 1,
                 ..t1
-            },
+            }),
             4096,
             &[9; 10],
             &[],
@@ -967,13 +978,25 @@ pub fn tagged_protection(h: &mut Hamlyn) -> Result<()> {
         let b = h.recv_boot(0)?;
         let ta = Ticket::from_bytes(&b)?;
         let tb = Ticket::from_bytes(&b[44..])?;
-        // The sending library checks nothing: every packet goes out.
+        // The sending library refuses a write outside the ticket's window; a widened ticket
+        // gets the packet out, and the receiving side refuses it.
+        let r = tagged_write(h, &ta, 250, &[9; 16], 101);
+        assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
         let bad_key = Ticket {
             key: ta.key ^ 1,
             ..ta
         };
         tagged_write(h, &bad_key, 0, &[9; 16], 100)?;
-        tagged_write(h, &ta, 250, &[9; 16], 101)?;
+        tagged_write(
+            h,
+            &Ticket {
+                bound: u64::MAX,
+                ..ta
+            },
+            250,
+            &[9; 16],
+            101,
+        )?;
         tagged_write(h, &ta, 0, &[1; 16], 1)?;
         tagged_write(h, &ta, 16, &[2; 16], 2)?;
         tagged_write(h, &tb, 0, &[7; 4], 7)?;
@@ -1200,6 +1223,313 @@ pub fn fuzzed_packets(h: &mut Hamlyn) -> Result<()> {
         let mut m = MARK.to_vec();
         m.resize(64, 0);
         h.h_send_msg(&last, 0, &m, &[], SendOpts::default())?;
+    }
+    barrier(h)
+}
+
+/// Bad input to every public call gets an error, never a panic, and harms nothing: bad
+/// configurations, tickets outside their slot, messages outside their ticket's window or past
+/// the end of the address space, a group value below the packet count, seeds that are not a
+/// stream receiver's, a datagram or record the receiver never returned, a time-out too long
+/// to add to the clock; `h_recv_block` with a silent peer times out. The link works after.
+pub fn bad_input(h: &mut Hamlyn) -> Result<()> {
+    assert_eq!(h.size(), 2);
+    for cfg in [
+        Config {
+            packet_size: 63,
+            ..Config::default()
+        },
+        Config {
+            ring_cells: 1,
+            ..Config::default()
+        },
+        Config {
+            work_queue: 0,
+            ..Config::default()
+        },
+        Config {
+            notify_queue: 1,
+            ..Config::default()
+        },
+    ] {
+        let what = format!("{cfg:?}");
+        let r = Hamlyn::new(h.endpoint().clone(), cfg);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{what}");
+    }
+    if h.rank() == 0 {
+        let slot = h.create_slot(4096, 2, Mode::Normal)?;
+        let bad = [
+            h.ticket(slot, 0, 100, 99),
+            h.ticket(slot, 0, 0, 4097),
+            h.ticket(slot, 2, 0, 4096),
+            h.ticket(99, 0, 0, 64),
+        ];
+        assert!(bad.iter().all(Result::is_err), "{bad:?}");
+        let t = h.ticket(slot, 0, 1024, 2048)?;
+        let mut rx = StreamReceiver::new(h, 4096, 4)?;
+        let dg = DatagramReceiver::new(h, 64, Mode::Normal)?;
+        let mut trx = TaggedReceiver::new(h, 64)?;
+        let mut b = t.to_bytes().to_vec();
+        b.extend_from_slice(&rx.make_seed(h)?.to_bytes());
+        h.send_boot(1, &b)?;
+        // The peer is alive and silent: a bounded wait ends in time.
+        let r = h.h_recv_block(Some(Duration::from_millis(20)));
+        assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+        send_boot(h, 1, b"go")?;
+        // Its one good message arrives, alone.
+        let e = h.h_recv_block(LONG)?;
+        assert_eq!((e.slot, e.meta_index), (slot, 0));
+        assert_eq!(h.meta(slot, 0)?.bytes, 1024);
+        assert!(h.area(slot)?[1024..2048].iter().all(|&x| x == 5));
+        assert!(h.area(slot)?[..1024].iter().all(|&x| x == 0));
+        assert!(h.area(slot)?[2048..].iter().all(|&x| x == 0));
+        let st = h.stats();
+        assert_eq!(st.notifications, 1, "{st:?}");
+        // Handed-out things the receivers never returned.
+        let r = rx.release(
+            h,
+            &Record {
+                id: u64::MAX,
+                slot,
+                offset: 0,
+                len: 1,
+            },
+        );
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        let forged = Datagram {
+            offset: usize::MAX - 3,
+            len: 8,
+            reply: None,
+            from: 1,
+        };
+        assert!(dg.data(h, &forged).is_err());
+        // A time-out too long to add to the clock is a wait without one.
+        h.send_boot(1, &trx.ticket(h)?.to_bytes())?;
+        trx.get_specific_tag(h, 9, Some(Duration::MAX))?;
+        assert_eq!(&trx.area(h)?[..4], &[9; 4]);
+    } else {
+        let b = h.recv_boot(0)?;
+        let t = Ticket::from_bytes(&b)?;
+        let seed = Seed::from_bytes(&b[TICKET_LEN..])?;
+        let o = SendOpts::default();
+        // Outside the window, before it, past the end of the address space.
+        for (off, len) in [(1024, 1025), (1000, 100), (2048, 1), (u64::MAX - 3, 8)] {
+            let r = h.h_send_msg(&t, off, &vec![9; len], &[], o);
+            assert!(matches!(r, Err(Error::TooLarge(_))), "{off} {len}: {r:?}");
+        }
+        let r = h.h_send_fast(&t, 2040, &[9; 16], 1);
+        assert!(matches!(r, Err(Error::TooLarge(_))), "{r:?}");
+        // A group value below the message's packet count (3 packets, value 2).
+        let p = h.config().packet_size;
+        let r = h.h_send_msg(
+            &Ticket {
+                base: 0,
+                bound: u64::MAX,
+                ..t
+            },
+            0,
+            &vec![9; 2 * p + 1],
+            &[],
+            SendOpts { counter: 2, ..o },
+        );
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        // Seeds that no stream receiver made.
+        let bad = [
+            Seed { entries: 1, ..seed },
+            Seed {
+                ticket: Ticket {
+                    bound: 0,
+                    ..seed.ticket
+                },
+                ..seed
+            },
+            Seed {
+                ticket: Ticket {
+                    base: 64,
+                    ..seed.ticket
+                },
+                ..seed
+            },
+            Seed {
+                ticket: Ticket {
+                    meta_index: u32::MAX - 1,
+                    ..seed.ticket
+                },
+                ..seed
+            },
+            Seed {
+                entries: 1 << 17,
+                ..seed
+            },
+        ];
+        for s in bad {
+            let r = StreamSender::from_seed(h, &s);
+            assert!(matches!(r, Err(Error::Protocol(_))), "{s:?}");
+        }
+        assert_eq!(h.recv_boot(0)?, b"go");
+        h.h_send_msg(&t, 1024, &[5; 1024], &[], o)?;
+        let tt = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        tagged_write(h, &tt, 0, &[9; 4], 9)?;
+    }
+    barrier(h)
+}
+
+pub fn tiny_ring_non_blocking_config() -> Config {
+    Config {
+        block: false,
+        ring_cells: 4,
+        ..Config::default()
+    }
+}
+
+/// Without blocking (§2.8), a long message larger than the link's ring: `h_send_msg` either
+/// refuses it whole (`WouldBlock`, nothing sent) or takes it, queueing what the ring cannot
+/// hold yet; a retry after `WouldBlock` never sends a packet twice. Each message is notified
+/// once, after its last packet, with its bytes, and the completion word counts it.
+pub fn non_blocking_long_send(h: &mut Hamlyn) -> Result<()> {
+    const LEN: usize = 20_000;
+    const N: usize = 3;
+    assert!(!h.config().block);
+    if h.rank() == 0 {
+        let slot = h.create_slot(N * 20_480, 1, Mode::Normal)?;
+        send_boot(h, 1, &h.ticket(slot, 0, 0, (N * 20_480) as u64)?.to_bytes())?;
+        for k in 0..N {
+            let e = h.h_recv_block(LONG)?;
+            assert_eq!((e.slot, e.meta_index), (slot, 0));
+            let m = h.meta(slot, 0)?;
+            assert_eq!(m.metadata(), &[k as u8; 8]);
+            assert_eq!(m.bytes, LEN as u64, "message {k}");
+            let at = k * 20_480;
+            let a = h.area(slot)?;
+            assert!(
+                (0..LEN).all(|i| a[at + i] == (i as u8).wrapping_add(k as u8)),
+                "message {k}'s data"
+            );
+        }
+        assert_eq!(h.stats().notifications, N as u64);
+        assert_eq!(h.stats().packets, (N * LEN.div_ceil(4096)) as u64);
+    } else {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let mut refused = 0;
+        let mut last = None;
+        for k in 0..N {
+            let data: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_add(k as u8)).collect();
+            let mut w = hamlyn::wait::Waiter::new();
+            let hd = loop {
+                match h.h_send_msg(
+                    &t,
+                    (k * 20_480) as u64,
+                    &data,
+                    &[k as u8; 8],
+                    SendOpts::default(),
+                ) {
+                    Ok(hd) => break hd,
+                    Err(Error::WouldBlock(_)) => {
+                        refused += 1;
+                        h.pump()?;
+                        h.poll_links()?;
+                        w.relax();
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            last = Some(hd);
+        }
+        let last = last.expect("a handle");
+        let mut w = hamlyn::wait::Waiter::new();
+        while !h.is_sent(last) {
+            h.pump()?;
+            h.poll_links()?;
+            w.relax();
+        }
+        assert_eq!(h.completed(), N as u64);
+        println!("non_blocking_long_send: {refused} refusals");
+    }
+    barrier(h)
+}
+
+/// A stream into a receiver buffer smaller than the sender would coalesce (4 KiB), with
+/// writes of every kind of size, each flushed: every byte arrives in order and the sender
+/// never waits for room that cannot come.
+pub fn small_stream_buffer(h: &mut Hamlyn) -> Result<()> {
+    const SIZES: [usize; 9] = [2000, 3000, 1, 4096, 10_000, 3, 1500, 2500, 1024];
+    let expect: Vec<u8> = SIZES
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &n)| (0..n).map(move |i| (i as u8) ^ (k as u8).wrapping_mul(37)))
+        .collect();
+    if h.rank() == 0 {
+        let mut rx = StreamReceiver::new(h, 4096, 8)?;
+        send_boot(h, 1, &rx.make_seed(h)?.to_bytes())?;
+        let mut got = Vec::new();
+        loop {
+            let r = match rx.receive_block(h, LONG) {
+                Ok(r) => r,
+                Err(Error::Closed) => break,
+                Err(e) => return Err(e),
+            };
+            got.extend_from_slice(rx.data(h, &r)?);
+            rx.release(h, &r)?;
+        }
+        assert_eq!(got.len(), expect.len());
+        assert!(got == expect, "the stream's bytes");
+    } else {
+        let seed = Seed::from_bytes(&h.recv_boot(0)?)?;
+        let mut tx = StreamSender::from_seed(h, &seed)?;
+        let mut at = 0;
+        for n in SIZES {
+            tx.send(h, &expect[at..at + n])?;
+            tx.flush(h)?;
+            at += n;
+        }
+        tx.close(h)?;
+    }
+    barrier(h)
+}
+
+/// A full notification queue (§2.6) stops the receiving side from taking packets (they wait
+/// in the link, and the sender behind them) instead of overrunning an entry: with a queue of
+/// 8 and 20 messages sent, polling the links fills it to 8 and no further; reading then
+/// delivers all 20 in order, each with its data.
+pub fn nq_back_pressure(h: &mut Hamlyn) -> Result<()> {
+    const N: usize = 20;
+    let cap = h.config().notify_queue;
+    assert!(cap < N);
+    if h.rank() == 0 {
+        let slot = h.create_slot(N * 64, N, Mode::Normal)?;
+        send_boot(h, 1, &h.ticket(slot, 0, 0, (N * 64) as u64)?.to_bytes())?;
+        let mut w = hamlyn::wait::Waiter::new();
+        while h.stats().notifications < cap as u64 {
+            h.poll_links()?;
+            w.relax();
+        }
+        // Full: further looks at the links take nothing.
+        for _ in 0..1000 {
+            assert_eq!(h.poll_links()?, 0);
+        }
+        assert_eq!(h.stats().notifications, cap as u64);
+        for k in 0..N {
+            let e = h.h_recv_block(LONG)?;
+            assert_eq!((e.slot, e.meta_index), (slot, k as u32), "in order");
+            assert_eq!(h.meta(slot, k as u32)?.metadata(), &[k as u8]);
+        }
+        assert!((0..N).all(|k| h.area(slot).unwrap()[k * 64..][..64] == [k as u8; 64]));
+        assert_eq!(h.h_recv()?, None);
+    } else {
+        let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        for k in 0..N {
+            h.h_send_msg(
+                &t,
+                (k * 64) as u64,
+                &[k as u8; 64],
+                &[k as u8],
+                SendOpts {
+                    meta_index: Some(k as u32),
+                    ..SendOpts::default()
+                },
+            )?;
+        }
+        h.flush()?;
     }
     barrier(h)
 }
