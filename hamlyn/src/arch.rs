@@ -1272,8 +1272,11 @@ impl Hamlyn {
             };
             let mut taken = 0;
             loop {
-                if self.nq_written - self.nq_read >= self.nq.len() as u64 {
-                    return Ok(n);
+                // A full queue stops the taking of packets (back-pressure), except for the
+                // bootstrap channel's at the head of a link, which write no entry.
+                let full = self.nq_written - self.nq_read >= self.nq.len() as u64;
+                if full && self.head_is_boot(from)? != Some(true) {
+                    break;
                 }
                 let cell = self.inc[from].cell;
                 let want = self.inc[from].consumed.wrapping_add(1);
@@ -1324,6 +1327,17 @@ impl Hamlyn {
             }
         }
         Ok(n)
+    }
+
+    /// Whether the next packet in `from`'s link is a bootstrap packet (`None`: no packet).
+    fn head_is_boot(&self, from: usize) -> Result<Option<bool>> {
+        let i = &self.inc[from];
+        if i.ring.load_u32(self.layout.seq_at(i.cell))? != i.consumed.wrapping_add(1) {
+            return Ok(None);
+        }
+        let mut hb = [0u8; HEADER_LEN];
+        i.ring.read(self.layout.header_at(i.cell), &mut hb)?;
+        Ok(Some(Header::decode(&hb).flags & F_BOOT != 0))
     }
 
     fn give_credit(&mut self, from: usize) -> Result<()> {
@@ -1699,7 +1713,7 @@ impl Hamlyn {
     /// announcement and a packet already written. When no other rank of the job is alive and
     /// nothing is left to arrive, it returns [`Error::PeerLost`] rather than wait forever.
     pub fn h_recv_block(&mut self, timeout: Option<Duration>) -> Result<NqEntry> {
-        let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
+        let deadline = crate::wait::deadline_after(timeout);
         let mut w = Waiter::new();
         loop {
             if let Some(e) = self.h_recv()? {
@@ -1784,6 +1798,17 @@ impl Hamlyn {
             if let Some(b) = self.inc[from as usize].boot.pop_front() {
                 return Ok(b);
             }
+            // Behind a message that needs a notification entry, with every entry unread:
+            // nothing changes until the application reads the queue, which it cannot while
+            // it waits here.
+            if self.nq_written - self.nq_read >= self.nq.len() as u64
+                && self.head_is_boot(from as usize)? == Some(false)
+            {
+                return Err(Error::WouldBlock(
+                    "the notification queue is full and the bootstrap message waits behind \
+                     a message that needs an entry: read the queue (h_recv) first",
+                ));
+            }
             self.pump()?;
             if w.due() {
                 if let Err(e) = self.check_peer(from) {
@@ -1839,7 +1864,7 @@ impl Hamlyn {
         timeout: Option<Duration>,
         peer: Option<u32>,
     ) -> Result<NqEntry> {
-        let deadline = timeout.map(|t| now_ns().saturating_add(t.as_nanos() as u64));
+        let deadline = crate::wait::deadline_after(timeout);
         let mut w = Waiter::new();
         loop {
             if let Some(e) = self.poll_class(class)? {

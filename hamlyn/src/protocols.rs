@@ -250,10 +250,7 @@ impl TaggedReceiver {
             self.tags.remove(i);
             return Ok(());
         }
-        let deadline = timeout.map(|t| {
-            let t = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
-            crate::wait::now_ns().saturating_add(t)
-        });
+        let deadline = crate::wait::deadline_after(timeout);
         let mut w: Option<Waiter> = None;
         let mut next = h.take_fast(self.class)?;
         loop {

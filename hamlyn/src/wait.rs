@@ -54,6 +54,12 @@ impl Waiter {
     }
 }
 
+/// The clock reading (of [`now_ns`]) `timeout` from now; `None` for none. A time-out too
+/// long for the clock is a wait without one.
+pub fn deadline_after(timeout: Option<std::time::Duration>) -> Option<u64> {
+    timeout.map(|t| now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
+}
+
 /// Nanoseconds on the calling thread's clock (virtual under the simulator).
 pub fn now_ns() -> u64 {
     vmmc::pace::now_ns()

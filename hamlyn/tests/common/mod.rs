@@ -1490,7 +1490,9 @@ pub fn small_stream_buffer(h: &mut Hamlyn) -> Result<()> {
 /// A full notification queue (§2.6) stops the receiving side from taking packets (they wait
 /// in the link, and the sender behind them) instead of overrunning an entry: with a queue of
 /// 8 and 20 messages sent, polling the links fills it to 8 and no further; reading then
-/// delivers all 20 in order, each with its data.
+/// delivers all 20 in order, each with its data. A bootstrap message at the head of the
+/// link is still taken (it needs no entry); one behind a message is refused with
+/// `WouldBlock` rather than waited for while the queue stays full.
 pub fn nq_back_pressure(h: &mut Hamlyn) -> Result<()> {
     const N: usize = 20;
     let cap = h.config().notify_queue;
@@ -1503,11 +1505,16 @@ pub fn nq_back_pressure(h: &mut Hamlyn) -> Result<()> {
             h.poll_links()?;
             w.relax();
         }
-        // Full: further looks at the links take nothing.
+        // Full; the bootstrap message sent after the 8th message is taken all the same.
+        assert_eq!(h.recv_boot(1)?, b"x");
+        // Behind it, messages: further looks at the links take nothing, and a wait for the
+        // next bootstrap message would never end.
         for _ in 0..1000 {
             assert_eq!(h.poll_links()?, 0);
         }
         assert_eq!(h.stats().notifications, cap as u64);
+        let r = h.recv_boot(1);
+        assert!(matches!(r, Err(Error::WouldBlock(_))), "{r:?}");
         for k in 0..N {
             let e = h.h_recv_block(LONG)?;
             assert_eq!((e.slot, e.meta_index), (slot, k as u32), "in order");
@@ -1515,9 +1522,13 @@ pub fn nq_back_pressure(h: &mut Hamlyn) -> Result<()> {
         }
         assert!((0..N).all(|k| h.area(slot).unwrap()[k * 64..][..64] == [k as u8; 64]));
         assert_eq!(h.h_recv()?, None);
+        assert_eq!(h.recv_boot(1)?, b"done");
     } else {
         let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
         for k in 0..N {
+            if k == cap {
+                h.send_boot(0, b"x")?;
+            }
             h.h_send_msg(
                 &t,
                 (k * 64) as u64,
@@ -1529,6 +1540,7 @@ pub fn nq_back_pressure(h: &mut Hamlyn) -> Result<()> {
                 },
             )?;
         }
+        h.send_boot(0, b"done")?;
         h.flush()?;
     }
     barrier(h)
