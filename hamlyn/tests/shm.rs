@@ -151,6 +151,16 @@ fn nq_back_pressure() {
 }
 
 #[test]
+fn terminus_back_pressure() {
+    job(
+        "terminus_back_pressure",
+        2,
+        common::back_pressure_config,
+        |h| common::terminus_back_pressure(h, |h| Ok(Box::new(common::WordStop::new(h)?))),
+    );
+}
+
+#[test]
 fn forged_packets() {
     job("forged_packets", 2, Config::default, common::forged_packets);
 }

@@ -134,7 +134,7 @@ fn forged_packets() {
 fn terminus_back_pressure() {
     let stop = std::sync::atomic::AtomicUsize::new(0);
     all_ok(on_sim(2, common::back_pressure_config(), |h| {
-        common::terminus_back_pressure(h, &stop)
+        common::terminus_back_pressure(h, |_| Ok(Box::new(&stop)))
     }));
 }
 

@@ -692,26 +692,93 @@ pub fn forged_packets(h: &mut Hamlyn) -> Result<()> {
     barrier(h)
 }
 
-/// The send terminus (§2.3, §2.8) with gather lists over send buffer areas: without blocking,
-/// a sender whose receiver does not take packets fills its link, then its work queue, then
-/// gets `WouldBlock`; the completion word then advances in order as the receiver drains, and
-/// the send buffers come back to the application. `stop` is shared by the nodes (sim only:
-/// the receiver must not take packets until the sender saw `WouldBlock`).
-pub fn terminus_back_pressure(h: &mut Hamlyn, stop: &AtomicUsize) -> Result<()> {
-    let part = 3000;
-    if h.rank() == 0 {
-        let slot = h.create_slot(64 * 2 * part, 64, Mode::Normal)?;
-        h.send_boot(1, &h.range_ticket(slot, 0, 64)?.to_bytes())?;
+/// How the back-pressure scenario's sender tells its receiver that it saw `WouldBlock`,
+/// without a Hamlyn call at the receiver (which would take packets).
+pub trait Stop {
+    /// The sender posts its message count.
+    fn post(&self, n: usize) -> Result<()>;
+    /// The receiver waits for it.
+    fn wait(&self, h: &Hamlyn) -> Result<usize>;
+}
+
+/// The nodes of the simulator are threads: a shared atomic.
+impl Stop for &AtomicUsize {
+    fn post(&self, n: usize) -> Result<()> {
+        self.store(n, Ordering::Release);
+        Ok(())
+    }
+    fn wait(&self, h: &Hamlyn) -> Result<usize> {
         let mut w = hamlyn::wait::Waiter::new();
-        let n = loop {
-            match stop.load(Ordering::Acquire) {
+        loop {
+            match self.load(Ordering::Acquire) {
                 0 => {
                     assert!(h.peer_alive(1), "the sender is gone");
                     w.relax();
                 }
-                n => break n,
+                n => return Ok(n),
             }
-        };
+        }
+    }
+}
+
+/// Between processes: a word of a VMMC buffer of rank 0's that rank 1 imports (beside
+/// Hamlyn, on the same endpoint). Made by rank 0 before it sends its ticket, by rank 1
+/// after it received it.
+pub struct WordStop {
+    word: Option<vmmc::Region>,
+    proxy: Option<vmmc::Proxy>,
+}
+
+const STOP_BUF: u32 = 0x5354_4f50;
+
+impl WordStop {
+    pub fn new(h: &Hamlyn) -> Result<WordStop> {
+        let ep = h.endpoint();
+        if h.rank() == 0 {
+            let r = ep.alloc(vmmc::page_size(), vmmc::MemKind::Shared)?;
+            ep.export(STOP_BUF, &r, vmmc::ExportOptions::new())?;
+            Ok(WordStop {
+                word: Some(r),
+                proxy: None,
+            })
+        } else {
+            let p = ep.import(ep.proc_of(0)?, STOP_BUF)?;
+            Ok(WordStop {
+                word: None,
+                proxy: Some(p),
+            })
+        }
+    }
+}
+
+impl Stop for WordStop {
+    fn post(&self, n: usize) -> Result<()> {
+        let p = self.proxy.as_ref().expect("rank 1 posts");
+        Ok(p.send(0, &(n as u32).to_ne_bytes())?)
+    }
+    fn wait(&self, h: &Hamlyn) -> Result<usize> {
+        let r = self.word.as_ref().expect("rank 0 waits");
+        let peer = h.endpoint().proc_of(1)?;
+        let v = r.wait_u32(0, |v| v != 0, || h.endpoint().check_peer(peer))?;
+        Ok(v as usize)
+    }
+}
+
+/// The send terminus (§2.3, §2.8) with gather lists over send buffer areas: without blocking,
+/// a sender whose receiver does not take packets fills its link, then its work queue, then
+/// gets `WouldBlock`; the completion word then advances in order as the receiver drains, and
+/// the send buffers come back to the application. The receiver takes no packet until the
+/// sender saw `WouldBlock` and said so through `stop`.
+pub fn terminus_back_pressure<'a>(
+    h: &mut Hamlyn,
+    make_stop: impl FnOnce(&Hamlyn) -> Result<Box<dyn Stop + 'a>>,
+) -> Result<()> {
+    let part = 3000;
+    if h.rank() == 0 {
+        let slot = h.create_slot(64 * 2 * part, 64, Mode::Normal)?;
+        let stop = make_stop(h)?;
+        h.send_boot(1, &h.range_ticket(slot, 0, 64)?.to_bytes())?;
+        let n = stop.wait(h)?;
         let mut seen = 0;
         while seen < n {
             let e = h.h_recv_block(LONG)?;
@@ -728,6 +795,7 @@ pub fn terminus_back_pressure(h: &mut Hamlyn, stop: &AtomicUsize) -> Result<()> 
     } else if h.rank() == 1 {
         assert!(!h.config().block);
         let t = Ticket::from_bytes(&h.recv_boot(0)?)?;
+        let stop = make_stop(h)?;
         h.set_send_buffer(0, pattern(1, part).into())?;
         h.set_send_buffer(1, pattern(2, 2 * part).into())?;
         let list = [
@@ -770,7 +838,7 @@ pub fn terminus_back_pressure(h: &mut Hamlyn, stop: &AtomicUsize) -> Result<()> 
         );
         assert!(!h.is_sent(handles[2]) && h.is_sent(handles[1]));
         assert_eq!(h.completed(), 2);
-        stop.store(handles.len(), Ordering::Release);
+        stop.post(handles.len())?;
         let mut w = hamlyn::wait::Waiter::new();
         while !handles.iter().all(|&hd| h.is_sent(hd)) {
             h.pump()?;
