@@ -53,7 +53,8 @@ fn main() {
         Ok(())
     });
     if let Err(e) = r {
-        eprintln!("hcp: {e}");
+        // One write for the whole line: both ranks may be reporting at once.
+        let _ = std::io::stderr().write_all(format!("hcp: {e}\n").as_bytes());
         std::process::exit(1);
     }
 }
