@@ -134,6 +134,9 @@ const SPIN: Duration = Duration::from_micros(200);
 /// Longest single sleep: bounds the cost of a wake-up drained by another thread of this
 /// process before this one started to sleep (a sleeping program wakes 50 times a second).
 pub const MAX_SLEEP: Duration = Duration::from_millis(20);
+/// Timeouts from this long up (over a century) are waits without end: deadlines stay
+/// within what `Instant` can represent.
+const FOREVER: Duration = Duration::from_secs(1 << 32);
 /// A write publishes its tail at least every this many bytes, so the reader starts copying
 /// out while the writer still copies in, on lines still in the caches.
 const CHUNK: usize = 32 << 10;
@@ -597,7 +600,8 @@ impl Conn {
         } else {
             &self.write_timeout
         };
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = t;
+        // A timeout no clock can reach (`SO_RCVTIMEO` of `LONG_MAX` seconds) is none.
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = t.filter(|t| *t < FOREVER);
         Ok(())
     }
 
@@ -849,13 +853,15 @@ impl Conn {
         }
     }
 
-    /// Writes some of `buf` into the peer's ring; returns how much.
+    /// Writes `buf` into the peer's ring as [`Self::send`] does; returns how much.
     pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
         self.send(buf, false)
     }
 
-    /// Writes some of `buf`; with `dontwait` (`MSG_DONTWAIT`) a full ring gives `WouldBlock`
-    /// whatever the connection's mode.
+    /// Writes `buf`. In blocking mode it returns once all of `buf` is in the peer's ring
+    /// (fewer bytes only when an error or the write timeout comes after some were written);
+    /// non-blocking, or with `dontwait` (`MSG_DONTWAIT`) whatever the connection's mode, it
+    /// writes what fits, and a full ring gives `WouldBlock`.
     pub fn send(&self, buf: &[u8], dontwait: bool) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
@@ -908,18 +914,24 @@ impl Conn {
                 }
                 continue;
             }
-            if done > 0 {
-                return Ok(done);
-            }
+            // A blocking send waits until all of `buf` is in the ring, as a blocking
+            // stream socket's write does; only an error or the timeout ends it early, and
+            // then it reports the bytes already written.
             if nonblocking {
-                return Err(would_block());
+                return if done > 0 {
+                    Ok(done)
+                } else {
+                    Err(would_block())
+                };
             }
             let t = tail;
-            self.wait(
+            if let Err(e) = self.wait(
                 || self.room(peer, t) > 0 || self.write_error().is_some(),
                 WAITS_SPACE,
                 self.timeout(false),
-            )?;
+            ) {
+                return if done > 0 { Ok(done) } else { Err(e) };
+            }
         }
     }
 

@@ -8,6 +8,10 @@
 //! end. A one-shot interest is disabled after one report until `EPOLL_CTL_MOD`. A descriptor
 //! may be in several sets: each set keeps its own interest.
 //!
+//! A socket added to a set before it connects (a candidate) is registered with the kernel
+//! as the program asked, and the set remembers the registration; when the connect makes it
+//! a VMMC connection, the registration moves here ([`EpollSet::upgrade`]).
+//!
 //! Nesting: an epoll set with VMMC members that is itself in another set stays registered
 //! with the kernel as the program asked (its kernel members and its members' wake-up bytes
 //! make it readable), and the outer set also looks at the inner set's rings and asks the
@@ -37,11 +41,13 @@ struct Watch {
 /// registered it with.
 type Nested = BTreeMap<i32, (Arc<EpollSet>, u32, u64)>;
 
-/// One epoll instance's VMMC members, and the epoll sets nested in it.
+/// One epoll instance's VMMC members, the epoll sets nested in it, and the events and data
+/// of its members that may still become VMMC connections.
 #[derive(Default)]
 pub struct EpollSet {
     watches: Mutex<BTreeMap<i32, Watch>>,
     nested: Mutex<Nested>,
+    candidates: Mutex<BTreeMap<i32, (u32, u64)>>,
 }
 
 fn real_ctl(epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> i32 {
@@ -144,6 +150,45 @@ impl EpollSet {
             real_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
         }
         self.nested_lock().remove(&fd);
+        self.forget_candidate(fd);
+    }
+
+    fn candidates_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i32, (u32, u64)>> {
+        self.candidates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `epoll_ctl` for a socket `fd` that may yet connect over VMMC: the kernel registers it
+    /// as the program asked, and this set remembers the registration for [`Self::upgrade`].
+    pub fn ctl_candidate(&self, epfd: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> i32 {
+        let rc = real_ctl(epfd, op, fd, ev);
+        if rc == 0 {
+            let mut c = self.candidates_lock();
+            if op == libc::EPOLL_CTL_DEL || ev.is_null() {
+                c.remove(&fd);
+            } else {
+                // SAFETY: a valid event (the kernel accepted it).
+                let e = unsafe { *ev };
+                c.insert(fd, (e.events, e.u64));
+            }
+        }
+        rc
+    }
+
+    /// Forgets the registration of candidate `fd` (closed, or connected through the kernel,
+    /// where its kernel registration stays the program's).
+    pub fn forget_candidate(&self, fd: i32) {
+        self.candidates_lock().remove(&fd);
+    }
+
+    /// Candidate `fd` became the VMMC connection `conn`: its registration moves from the
+    /// kernel to this set, with the program's events and data.
+    pub fn upgrade(&self, epfd: i32, fd: i32, conn: Arc<Conn>) {
+        let Some((events, data)) = self.candidates_lock().remove(&fd) else {
+            return;
+        };
+        real_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+        let ev = libc::epoll_event { events, u64: data };
+        self.ctl(epfd, libc::EPOLL_CTL_ADD, fd, conn, Some(ev));
     }
 
     fn nested_lock(&self) -> std::sync::MutexGuard<'_, Nested> {

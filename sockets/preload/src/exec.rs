@@ -215,6 +215,7 @@ pub fn adopt() {
         };
         let conn = Conn::restore(i, o, out_cap as usize, variant, TcpStream::from(setup));
         conn.set_nonblocking(f[7] == "1");
+        crate::setup::take_timeouts(conn.setup_fd(), &conn);
         // Every descriptor of the connection shares it, as before the exec.
         let conn = Arc::new(conn);
         for fd in fds {

@@ -3,7 +3,9 @@
 //! of this host go over VMMC stream sockets (seed 003 §4.3) instead of the kernel.
 //!
 //! The program's descriptor stays the kernel socket it created: addresses, socket options
-//! and `getsockname`/`getpeername` are the kernel's. What changes is where the bytes go:
+//! and `getsockname`/`getpeername` are the kernel's (the receive and send timeouts,
+//! `SO_RCVTIMEO` and `SO_SNDTIMEO`, also bound the connection's waits in its rings, and
+//! expire with `EAGAIN` as the kernel's do). What changes is where the bytes go:
 //! once both ends have run the setup of [`setup`], reads and writes on the descriptor move
 //! data through the connection's rings, and the kernel connection only carries wake-up bytes
 //! and the end of a process. Everything else (UDP, Unix sockets, other hosts, a peer without
@@ -149,7 +151,7 @@ unsafe fn vsend(
 }
 
 /// `readv`/`recvmsg` on a VMMC connection: the first buffer waits as the call would, the
-/// rest take only what is already there.
+/// rest take only what is already there; with `MSG_WAITALL` every buffer waits to be full.
 ///
 /// # Safety
 /// `iov` points to `cnt` valid iovecs.
@@ -162,7 +164,7 @@ unsafe fn vrecv_iov(c: &Conn, iov: *const libc::iovec, cnt: c_int, flags: RecvFl
     let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     let mut total: ssize_t = 0;
     for v in iovs.iter().filter(|v| v.iov_len > 0) {
-        let f = if total > 0 {
+        let f = if total > 0 && !flags.waitall {
             RecvFlags {
                 dontwait: true,
                 ..flags
@@ -183,7 +185,8 @@ unsafe fn vrecv_iov(c: &Conn, iov: *const libc::iovec, cnt: c_int, flags: RecvFl
     total
 }
 
-/// `writev`/`sendmsg` on a VMMC connection.
+/// `writev`/`sendmsg` on a VMMC connection: blocking, every buffer is written (as the
+/// kernel queues all of a blocking stream write); non-blocking, what fits.
 ///
 /// # Safety
 /// `iov` points to `cnt` valid iovecs.
@@ -202,17 +205,9 @@ unsafe fn vsend_iov(
     let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     let mut total: ssize_t = 0;
     for v in iovs.iter().filter(|v| v.iov_len > 0) {
-        // After some bytes went, never wait: report what was written, as the kernel does.
+        // An error after some bytes went reports them, without a signal, as the kernel does.
         // SAFETY: the caller's buffer.
-        let n = unsafe {
-            vsend(
-                c,
-                v.iov_base,
-                v.iov_len,
-                dontwait || total > 0,
-                nosignal || total > 0,
-            )
-        };
+        let n = unsafe { vsend(c, v.iov_base, v.iov_len, dontwait, nosignal || total > 0) };
         if n < 0 {
             return if total > 0 { total } else { -1 };
         }
@@ -240,9 +235,18 @@ fn forget(fd: c_int) {
             drop(c);
         }
         Some(Entry::Listener { port, owner }) => setup::withdraw_listener(port, owner),
+        Some(Entry::Candidate) => candidate_gone(fd),
         _ => {}
     }
     set_errno(saved);
+}
+
+/// Candidate `fd` will not become a VMMC connection (closed, or connected through the
+/// kernel): the epoll sets forget their record of its registrations.
+fn candidate_gone(fd: c_int) {
+    for (_, set) in table::epoll_sets() {
+        set.forget_candidate(fd);
+    }
 }
 
 /// Gives `new` the entry of `old` (after a successful dup).
@@ -306,6 +310,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         }
         // A kernel connection: stop tracking it, so its reads take the fast path.
         drop(table::take(fd));
+        guard(|| candidate_gone(fd));
         set_errno(saved);
     }
     // SAFETY: the C library's connect.
@@ -630,16 +635,15 @@ unsafe fn vsendfile(c: &Conn, infd: c_int, off: *mut libc::off_t, count: size_t)
                     c,
                     buf[sent..].as_ptr().cast(),
                     got as usize - sent,
-                    total > 0 || sent > 0,
                     false,
+                    total > 0 || sent > 0,
                 )
             };
             if n < 0 {
-                if total == 0 && sent == 0 {
-                    return -1;
-                }
-                // Bytes read but not sent: give them back to a file read without offset.
+                // Bytes read but not sent: give them back to a file read without offset
+                // (also when nothing was sent: the call fails, and the file lost nothing).
                 if off.is_null() {
+                    let saved = errno();
                     // SAFETY: moving the file position back over what was not sent.
                     unsafe {
                         libc::lseek(
@@ -648,6 +652,10 @@ unsafe fn vsendfile(c: &Conn, infd: c_int, off: *mut libc::off_t, count: size_t)
                             libc::SEEK_CUR,
                         )
                     };
+                    set_errno(saved);
+                }
+                if total == 0 && sent == 0 {
+                    return -1;
                 }
                 total += sent as ssize_t;
                 if !off.is_null() {
@@ -824,6 +832,44 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: libc::c_ulong, arg: usize) -> c_i
     }
     // SAFETY: the C library's ioctl with the caller's word.
     unsafe { real!(ioctl: fn(c_int, libc::c_ulong, usize) -> c_int)(fd, req, arg) }
+}
+
+/// `SO_RCVTIMEO` and `SO_SNDTIMEO` of 64-bit `time_t` on 32-bit machines (the kernel's
+/// `SO_*TIMEO_NEW`), which the C library may pass instead.
+const SO_RCVTIMEO_NEW: c_int = 66;
+const SO_SNDTIMEO_NEW: c_int = 67;
+
+/// Hook of `setsockopt(2)`: the option is set on the kernel socket; a receive or send
+/// timeout also applies to the VMMC connection (whose waits are in the rings, not in the
+/// kernel), as the kernel stored it.
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    // SAFETY: the C library's setsockopt with the caller's arguments.
+    let rc = unsafe {
+        real!(setsockopt: fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int)(
+            fd, level, name, val, len,
+        )
+    };
+    let timeo = [
+        libc::SO_RCVTIMEO,
+        libc::SO_SNDTIMEO,
+        SO_RCVTIMEO_NEW,
+        SO_SNDTIMEO_NEW,
+    ];
+    if rc == 0 && level == libc::SOL_SOCKET && timeo.contains(&name) && known(fd) {
+        if let Some(c) = table::conn(fd) {
+            let saved = errno();
+            guard(|| setup::take_timeouts(fd, &c));
+            set_errno(saved);
+        }
+    }
+    rc
 }
 
 /// Hook of `fork(2)`: the child shares this process's VMMC connections, which end only when
@@ -1059,6 +1105,9 @@ pub unsafe extern "C" fn epoll_ctl(
             }
             (Some(Entry::Epoll(set)), Some(Entry::Epoll(inner))) => {
                 return guard(|| set.ctl_nested(epfd, op, fd, inner, ev));
+            }
+            (Some(Entry::Epoll(set)), Some(Entry::Candidate)) => {
+                return guard(|| set.ctl_candidate(epfd, op, fd, ev));
             }
             _ => {}
         }

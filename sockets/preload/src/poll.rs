@@ -84,7 +84,8 @@ pub fn poll(
         return kernel_ppoll(fds, timeout, sigmask);
     }
     let start = Instant::now();
-    let deadline = timeout.map(|t| start + t);
+    // A timeout too large to add to the clock is a wait without end, as the kernel's.
+    let deadline = timeout.and_then(|t| start.checked_add(t));
     let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
     // The kernel descriptors alone (a VMMC one polled as -fd is ignored by the kernel).
     let mut kernel: Vec<libc::pollfd> = fds.to_vec();

@@ -191,8 +191,26 @@ pub fn listening_port(fd: i32) -> Option<u16> {
     local_port(fd).map(|(p, _)| p)
 }
 
-/// Binds an unbound socket to a loopback port of its family; returns the port.
-fn bind_loopback(fd: i32) -> Option<u16> {
+/// Whether `addr` is an IPv6 address that maps an IPv4 one (`::ffff:127.0.0.1`).
+///
+/// # Safety
+/// `addr` points to `len` readable bytes.
+unsafe fn v4_mapped(addr: *const libc::sockaddr, len: libc::socklen_t) -> bool {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sockaddr_in6>() {
+        return false;
+    }
+    // SAFETY: at least a sockaddr_in6 is readable (checked above).
+    let a = unsafe { &*(addr as *const libc::sockaddr_in6) };
+    a.sin6_family as i32 == libc::AF_INET6
+        && std::net::Ipv6Addr::from(a.sin6_addr.s6_addr)
+            .to_ipv4_mapped()
+            .is_some()
+}
+
+/// Binds an unbound socket to a loopback port of its family; returns the port. An IPv6
+/// socket that connects to an IPv4-mapped address (`mapped`) binds to the mapped IPv4
+/// loopback: bound to `::1`, it could not reach an IPv4 address.
+fn bind_loopback(fd: i32, mapped: bool) -> Option<u16> {
     let (port, family) = local_port(fd)?;
     if port != 0 {
         return Some(port);
@@ -211,7 +229,11 @@ fn bind_loopback(fd: i32) -> Option<u16> {
         } else {
             let mut a: libc::sockaddr_in6 = std::mem::zeroed();
             a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            a.sin6_addr.s6_addr = std::net::Ipv6Addr::LOCALHOST.octets();
+            a.sin6_addr.s6_addr = if mapped {
+                std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.octets()
+            };
             libc::bind(
                 fd,
                 &a as *const _ as *const libc::sockaddr,
@@ -325,14 +347,53 @@ fn options() -> Options {
     })
 }
 
-/// Tracks `fd` as the VMMC connection `conn`, in the descriptor's blocking mode.
+/// Gives `conn` the receive and send timeouts (`SO_RCVTIMEO`, `SO_SNDTIMEO`) of its kernel
+/// socket `fd`: the program sets them there (before or after the connection went over
+/// VMMC, an accepted socket inherits its listener's), and the rings' waits honour them.
+pub fn take_timeouts(fd: i32, conn: &Conn) {
+    for (read, name) in [(true, libc::SO_RCVTIMEO), (false, libc::SO_SNDTIMEO)] {
+        let mut tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        };
+        let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+        // SAFETY: a timeval of the length given.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                &mut tv as *mut libc::timeval as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            continue;
+        }
+        // Zero is no timeout, as for the kernel.
+        let t = Duration::new(
+            tv.tv_sec.max(0) as u64,
+            (tv.tv_usec.clamp(0, 999_999) * 1000) as u32,
+        );
+        let _ = conn.set_timeout(read, (!t.is_zero()).then_some(t));
+    }
+}
+
+/// Tracks `fd` as the VMMC connection `conn`, in the descriptor's blocking mode and with
+/// its timeouts.
 fn track(fd: i32, conn: Conn) {
     let _ = setup_nodelay(fd);
     let fcntl = real!(fcntl: fn(i32, i32, usize) -> i32);
     // SAFETY: F_GETFL on a valid descriptor.
     let fl = unsafe { fcntl(fd, libc::F_GETFL, 0) };
     conn.set_nonblocking(fl >= 0 && fl & libc::O_NONBLOCK != 0);
-    drop(table::set(fd, Entry::Vmmc(Arc::new(conn))));
+    take_timeouts(fd, &conn);
+    let conn = Arc::new(conn);
+    drop(table::set(fd, Entry::Vmmc(conn.clone())));
+    // Epoll sets the socket joined before it connected now watch its rings.
+    for (epfd, set) in table::epoll_sets() {
+        set.upgrade(epfd, fd, conn.clone());
+    }
 }
 
 /// The connecting side's setup on `fd` (the program's descriptor; the connection keeps a
@@ -375,7 +436,8 @@ pub unsafe fn connect(fd: i32, addr: *const libc::sockaddr, len: libc::socklen_t
     if !listener_live(port) {
         return None;
     }
-    let me = bind_loopback(fd)?;
+    // SAFETY: the caller's promise.
+    let me = bind_loopback(fd, unsafe { v4_mapped(addr, len) })?;
     let marker = registry().join(format!("c{me}"));
     let _ = std::fs::write(&marker, format!("{} {port}", announcement()));
     let real_connect = real!(connect: fn(i32, *const libc::sockaddr, libc::socklen_t) -> i32);

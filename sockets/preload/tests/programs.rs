@@ -684,6 +684,13 @@ fn role() {
             let _ = ep_wait(ep, -1);
         }
         "high_descriptors" => high_descriptors(),
+        "full_writes" => full_writes(),
+        "sendfile_nonblocking" => sendfile_nonblocking(),
+        "waitall_iovecs" => waitall_iovecs(),
+        "huge_timeouts" => huge_timeouts(),
+        "socket_timeouts" => socket_timeouts(),
+        "v4_mapped" => v4_mapped(),
+        "epoll_before_connect" => epoll_before_connect(),
         "epoll_watched_by_poll" => epoll_watched_by_poll(),
         // One thread makes itself a connected pair, as programs that emulate socketpair
         // over TCP do: listen, connect, write, and only then accept.
@@ -1504,5 +1511,431 @@ fn inherited_by_a_new_image(scratch: &str, how: &str) {
     assert!(
         sent >= 7 && received >= 3,
         "exec'd image: sent {sent}, received {received}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernel semantics the interposer must keep (each found wrong once, by a review that
+// compared with kernel TCP).
+
+/// Ends the role with SIGALRM if it hangs (a wait that never ends is the failure).
+fn alarm(secs: u32) {
+    // SAFETY: alarm has no preconditions; the default action of SIGALRM ends the process.
+    unsafe { libc::alarm(secs) };
+}
+
+/// Reads `b` to its end after a pause (so that the writer finds the ring full), on a
+/// thread; returns what it read.
+fn slow_reader(mut b: TcpStream) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut all = Vec::new();
+        b.read_to_end(&mut all).expect("read to the end");
+        all
+    })
+}
+
+/// 4 MiB of varied bytes (larger than a ring).
+fn big_buffer(seed: u8) -> Vec<u8> {
+    (0..4usize << 20)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed ^ (i >> 12) as u8)
+        })
+        .collect()
+}
+
+/// A blocking write, send, writev or sendmsg of more than the ring holds returns only once
+/// all of it is queued, as the kernel's does for a blocking stream socket.
+fn full_writes() {
+    alarm(60);
+    let big = big_buffer(1);
+    let half = big.len() / 2;
+    let iov = [
+        libc::iovec {
+            iov_base: big.as_ptr() as *mut libc::c_void,
+            iov_len: half,
+        },
+        libc::iovec {
+            iov_base: big[half..].as_ptr() as *mut libc::c_void,
+            iov_len: big.len() - half,
+        },
+    ];
+    for how in ["write", "send", "writev", "sendmsg"] {
+        let (a, b) = pair();
+        let reader = slow_reader(b);
+        let fd = a.as_raw_fd();
+        // SAFETY: valid buffers and iovecs that outlive the calls.
+        let n = unsafe {
+            match how {
+                "write" => libc::write(fd, big.as_ptr().cast(), big.len()),
+                "send" => libc::send(fd, big.as_ptr().cast(), big.len(), 0),
+                "writev" => libc::writev(fd, iov.as_ptr(), 2),
+                _ => {
+                    let mut m: libc::msghdr = std::mem::zeroed();
+                    m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                    m.msg_iovlen = 2;
+                    libc::sendmsg(fd, &m, 0)
+                }
+            }
+        };
+        assert_eq!(n, big.len() as isize, "blocking {how} of 4 MiB");
+        drop(a);
+        assert!(reader.join().expect("reader") == big, "{how}: bytes differ");
+        println!("ok={how}");
+    }
+}
+
+#[test]
+fn a_blocking_write_queues_the_whole_buffer() {
+    role_over_vmmc(
+        "fullwrite",
+        "full_writes",
+        &["write", "send", "writev", "sendmsg"],
+        16 << 20,
+    );
+}
+
+/// sendfile without an offset on a non-blocking socket, retried after `EAGAIN` as programs
+/// do, sends the whole file: the bytes read from the file but not sent are given back.
+fn sendfile_nonblocking() {
+    alarm(60);
+    let big = big_buffer(2);
+    let path = std::env::temp_dir().join(format!("vmmc-sendfile-{}", std::process::id()));
+    std::fs::write(&path, &big).expect("file");
+    let file = std::fs::File::open(&path).expect("open");
+    let _ = std::fs::remove_file(&path);
+    let (a, b) = pair();
+    let reader = slow_reader(b);
+    a.set_nonblocking(true).expect("nonblocking");
+    let (mut total, mut again) = (0usize, 0);
+    loop {
+        // SAFETY: descriptors of ours; a null offset uses the file position.
+        let n = unsafe {
+            libc::sendfile(
+                a.as_raw_fd(),
+                file.as_raw_fd(),
+                std::ptr::null_mut(),
+                1 << 20,
+            )
+        };
+        if n > 0 {
+            total += n as usize;
+        } else if n == 0 {
+            break;
+        } else {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "sendfile: {e}");
+            again += 1;
+            let mut p = libc::pollfd {
+                fd: a.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            assert_eq!(unsafe { libc::poll(&mut p, 1, -1) }, 1);
+        }
+    }
+    assert!(again > 0, "the ring never filled: the test proves nothing");
+    assert_eq!(total, big.len(), "sendfile total");
+    drop(a);
+    assert!(
+        reader.join().expect("reader") == big,
+        "the file's bytes differ"
+    );
+    println!("ok=sendfile");
+}
+
+#[test]
+fn sendfile_on_a_non_blocking_socket_loses_nothing() {
+    role_over_vmmc("sendfile", "sendfile_nonblocking", &["sendfile"], 4 << 20);
+}
+
+/// recvmsg with MSG_WAITALL fills every buffer of the message, waiting for data that comes
+/// later.
+fn waitall_iovecs() {
+    alarm(30);
+    let (a, b) = pair();
+    let w = std::thread::spawn(move || {
+        (&b).write_all(b"0123456789").expect("first");
+        std::thread::sleep(Duration::from_millis(300));
+        (&b).write_all(b"abcdefghij").expect("second");
+        b
+    });
+    let (mut x, mut y) = ([0u8; 10], [0u8; 10]);
+    let iov = [
+        libc::iovec {
+            iov_base: x.as_mut_ptr().cast(),
+            iov_len: 10,
+        },
+        libc::iovec {
+            iov_base: y.as_mut_ptr().cast(),
+            iov_len: 10,
+        },
+    ];
+    // SAFETY: a zeroed msghdr pointing at two valid iovecs.
+    let n = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        m.msg_iovlen = 2;
+        libc::recvmsg(a.as_raw_fd(), &mut m, libc::MSG_WAITALL)
+    };
+    assert_eq!(n, 20, "recvmsg(MSG_WAITALL) over two buffers");
+    assert_eq!((&x, &y), (b"0123456789", b"abcdefghij"));
+    let _b = w.join().expect("writer");
+    println!("ok=waitall");
+}
+
+#[test]
+fn recvmsg_waitall_fills_every_buffer() {
+    role_over_vmmc("waitall", "waitall_iovecs", &["waitall"], 20);
+}
+
+/// ppoll, pselect and select with the largest timeouts wait without end (here: return at
+/// once, data being there) instead of failing.
+fn huge_timeouts() {
+    alarm(30);
+    let (a, mut b) = pair();
+    b.write_all(b"x").expect("write");
+    let fd = a.as_raw_fd();
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::MAX,
+        tv_nsec: 0,
+    };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    assert_eq!((n, p.revents & libc::POLLIN), (1, libc::POLLIN), "ppoll");
+    println!("ok=ppoll");
+    // SAFETY: a zeroed fd_set filled with FD_SET; valid timeouts.
+    unsafe {
+        let mut set: libc::fd_set = std::mem::zeroed();
+        libc::FD_SET(fd, &mut set);
+        let none = std::ptr::null_mut();
+        let n = libc::pselect(fd + 1, &mut set, none, none, &ts, std::ptr::null());
+        assert_eq!(n, 1, "pselect");
+        let mut tv = libc::timeval {
+            tv_sec: libc::time_t::MAX,
+            tv_usec: 0,
+        };
+        libc::FD_SET(fd, &mut set);
+        let n = libc::select(fd + 1, &mut set, none, none, &mut tv);
+        assert_eq!(n, 1, "select");
+    }
+    println!("ok=select");
+}
+
+#[test]
+fn the_largest_poll_timeouts_wait_forever() {
+    role_over_vmmc("hugetimeout", "huge_timeouts", &["ppoll", "select"], 1);
+}
+
+fn set_timeo(fd: i32, name: i32, ms: i64) {
+    let tv = libc::timeval {
+        tv_sec: ms / 1000,
+        tv_usec: (ms % 1000) * 1000,
+    };
+    // SAFETY: a valid timeval of its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// A blocking read on `fd` with nothing coming: -1/EAGAIN after about `ms`.
+fn read_times_out(fd: i32, ms: u64, what: &str) {
+    let t0 = Instant::now();
+    let mut b = [0u8; 8];
+    // SAFETY: reading into a valid buffer.
+    let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    let took = t0.elapsed();
+    assert_eq!((n, e), (-1, Some(libc::EAGAIN)), "{what}: read");
+    assert!(
+        took >= Duration::from_millis(ms * 9 / 10) && took < Duration::from_millis(ms + 2000),
+        "{what}: timed out after {took:?}"
+    );
+}
+
+/// SO_RCVTIMEO and SO_SNDTIMEO bound a VMMC connection's waits, whether set after the
+/// connect, before it, or on the listener before the accept; getsockopt reads them back.
+fn socket_timeouts() {
+    alarm(20);
+    // After the connect.
+    let (a, b) = pair();
+    set_timeo(a.as_raw_fd(), libc::SO_RCVTIMEO, 300);
+    assert_eq!(
+        a.read_timeout().expect("getsockopt"),
+        Some(Duration::from_millis(300))
+    );
+    read_times_out(a.as_raw_fd(), 300, "set after connect");
+    println!("ok=rcvtimeo");
+    // A write that fills the ring stops at the send timeout, with what it queued.
+    set_timeo(a.as_raw_fd(), libc::SO_SNDTIMEO, 300);
+    let big = vec![7u8; 4 << 20];
+    // SAFETY: writing from a valid buffer.
+    let n = unsafe { libc::write(a.as_raw_fd(), big.as_ptr().cast(), big.len()) };
+    assert!(
+        n > 0 && (n as usize) < big.len(),
+        "write with SO_SNDTIMEO returned {n}"
+    );
+    // SAFETY: as above.
+    let n = unsafe { libc::write(a.as_raw_fd(), big.as_ptr().cast(), big.len()) };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!((n, e), (-1, Some(libc::EAGAIN)), "write on a full ring");
+    println!("ok=sndtimeo");
+    // The written bytes went through the ring.
+    let mut first = [0u8; 4];
+    (&b).read_exact(&mut first).expect("read");
+    // Set before the connect, and on the listener before the accept.
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    set_timeo(l.as_raw_fd(), libc::SO_RCVTIMEO, 300);
+    let port = l.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || l.accept().expect("accept").0);
+    // SAFETY: plain socket calls on a socket this code owns, with a valid address.
+    let fd = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket");
+        set_timeo(fd, libc::SO_RCVTIMEO, 300);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = port.to_be();
+        sa.sin_addr.s_addr = u32::to_be(0x7f00_0001);
+        let rc = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0, "connect");
+        fd
+    };
+    let accepted = t.join().expect("accept thread");
+    // SAFETY: writing from a valid buffer.
+    assert_eq!(unsafe { libc::write(fd, b"v".as_ptr().cast(), 1) }, 1);
+    let mut one = [0u8; 1];
+    (&accepted)
+        .read_exact(&mut one)
+        .expect("over the connection");
+    read_times_out(fd, 300, "set before connect");
+    read_times_out(accepted.as_raw_fd(), 300, "inherited from the listener");
+    // SAFETY: closing our descriptor.
+    unsafe { libc::close(fd) };
+    println!("ok=before-connect");
+}
+
+#[test]
+fn socket_timeouts_bound_vmmc_waits() {
+    role_over_vmmc(
+        "timeouts",
+        "socket_timeouts",
+        &["rcvtimeo", "sndtimeo", "before-connect"],
+        1 << 20,
+    );
+}
+
+/// An IPv6 socket connects to the IPv4-mapped loopback address of a dual-stack listener.
+fn v4_mapped() {
+    alarm(30);
+    let l = TcpListener::bind("[::]:0").expect("bind [::]");
+    let port = l.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut b = [0u8; 6];
+        s.read_exact(&mut b).expect("read");
+        s.write_all(&b).expect("echo");
+    });
+    let mut c = TcpStream::connect(format!("[::ffff:127.0.0.1]:{port}")).expect("connect mapped");
+    c.write_all(b"mapped").expect("write");
+    let mut back = [0u8; 6];
+    c.read_exact(&mut back).expect("read back");
+    assert_eq!(&back, b"mapped");
+    t.join().expect("server");
+    println!("ok=mapped");
+}
+
+#[test]
+fn an_ipv6_socket_reaches_the_v4_mapped_loopback() {
+    role_over_vmmc("mapped", "v4_mapped", &["mapped"], 12);
+}
+
+/// A socket added to an epoll set before it connects reports the connection's readiness
+/// once the connect made it a VMMC connection, and EPOLL_CTL_MOD and DEL find it.
+fn epoll_before_connect() {
+    alarm(20);
+    const IN: u32 = libc::EPOLLIN as u32;
+    const OUT: u32 = libc::EPOLLOUT as u32;
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || l.accept().expect("accept").0);
+    // SAFETY: a plain socket call.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
+    assert!(fd >= 0, "socket");
+    let ep = ep_create();
+    ep_ctl(
+        ep,
+        libc::EPOLL_CTL_ADD,
+        fd,
+        IN | OUT | libc::EPOLLET as u32,
+        42,
+    );
+    // SAFETY: a valid sockaddr_in of its size.
+    let rc = unsafe {
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = port.to_be();
+        sa.sin_addr.s_addr = u32::to_be(0x7f00_0001);
+        libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        rc == 0 || err == Some(libc::EINPROGRESS),
+        "connect: {err:?}"
+    );
+    let mut srv = t.join().expect("accept thread");
+    let evs = ep_wait(ep, 5000);
+    assert_eq!(evs.len(), 1, "writable after connect: {evs:?}");
+    assert_eq!((evs[0].0 & OUT, evs[0].1), (OUT, 42));
+    srv.write_all(b"ring").expect("write");
+    let evs = ep_wait(ep, 5000);
+    assert!(
+        evs.iter().any(|&(e, d)| e & IN != 0 && d == 42),
+        "no EPOLLIN for data in the ring: {evs:?}"
+    );
+    let mut b = [0u8; 4];
+    // SAFETY: reading into a valid buffer.
+    assert_eq!(unsafe { libc::read(fd, b.as_mut_ptr().cast(), 4) }, 4);
+    assert_eq!(&b, b"ring");
+    ep_ctl(ep, libc::EPOLL_CTL_MOD, fd, IN, 43);
+    srv.write_all(b"x").expect("write");
+    assert_eq!(ep_wait(ep, 5000), vec![(IN, 43)]);
+    ep_ctl(ep, libc::EPOLL_CTL_DEL, fd, 0, 0);
+    assert!(ep_wait(ep, 0).is_empty(), "reported after EPOLL_CTL_DEL");
+    // SAFETY: closing our descriptor.
+    unsafe { libc::close(fd) };
+    println!("ok=epoll-before-connect");
+}
+
+#[test]
+fn an_epoll_registration_made_before_connect_follows_the_connection() {
+    role_over_vmmc(
+        "epollearly",
+        "epoll_before_connect",
+        &["epoll-before-connect"],
+        5,
     );
 }
