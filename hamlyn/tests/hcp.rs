@@ -7,34 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
-use vmmc_run::testing::{launcher, output_within, target_dir, Output};
+use vmmc_run::testing::{example, launcher, output_within, pattern, Output};
 
-/// The example's binary, built once (a test run on its own does not build examples).
+/// The example's binary, built once.
 fn hcp() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = target_dir();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(&cargo);
-            cmd.args(["build", "-p", "hamlyn", "--example", "hcp"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            match dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some("release") => {
-                    cmd.arg("--release");
-                }
-                Some(p) => {
-                    cmd.args(["--profile", p]);
-                }
-                None => panic!("cannot tell the profile from {}", dir.display()),
-            }
-            assert!(cmd.status().expect("run cargo").success(), "build hcp");
-            let p = dir.join("examples").join("hcp");
-            assert!(p.exists(), "{} missing after the build", p.display());
-            p
-        })
-        .clone()
+    BUILT.get_or_init(|| example("hamlyn", "hcp")).clone()
 }
 
 fn copy(transport: &str, src: &Path, dst: &Path) -> Output {
@@ -45,19 +23,6 @@ fn copy(transport: &str, src: &Path, dst: &Path) -> Output {
         .arg(dst)
         .env_remove("VMMC_TRANSPORT");
     output_within(&mut cmd, Duration::from_secs(120))
-}
-
-/// `n` bytes that no two offsets of a short period repeat (a lost or repeated chunk shows).
-fn contents(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -71,7 +36,7 @@ fn scratch(name: &str) -> PathBuf {
 fn copies_a_file_on_shm_and_sim() {
     let d = scratch("copy");
     // 11 MiB and an odd tail: several turns of the receiver's 4 MiB buffer.
-    let data = contents((11 << 20) + 12_345);
+    let data = pattern(1, (11 << 20) + 12_345);
     let src = d.join("src");
     std::fs::write(&src, &data).expect("write the source");
     for transport in ["shm", "sim"] {
@@ -105,7 +70,7 @@ fn file_errors_end_the_job() {
     assert!(out.stderr.contains("is gone"), "{}", out.report());
 
     let src = d.join("src");
-    std::fs::write(&src, contents(1000)).expect("write the source");
+    std::fs::write(&src, pattern(2, 1000)).expect("write the source");
     let bad = d.join("no-such-dir").join("dst");
     let out = copy("shm", &src, &bad);
     assert!(!out.status.success(), "{}", out.report());

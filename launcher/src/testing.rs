@@ -39,17 +39,48 @@ pub fn target_dir() -> PathBuf {
 /// Builds `packages` with cargo in the running test's profile (a no-op when they are fresh),
 /// so that the binaries and libraries a test runs match the sources under test.
 pub fn cargo_build(packages: &[&str]) {
-    let dir = target_dir();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(&cargo);
-    cmd.arg("build").current_dir(env!("CARGO_MANIFEST_DIR"));
+    let mut args = Vec::new();
     for p in packages {
-        cmd.args(["-p", p]);
+        args.extend(["-p", p]);
     }
     // The launcher with the transports this test was built with.
     if cfg!(feature = "mpi") && packages.contains(&"vmmc-run") {
-        cmd.args(["--features", "vmmc-run/mpi"]);
+        args.extend(["--features", "vmmc-run/mpi"]);
     }
+    cargo_build_args(&args);
+}
+
+/// Builds example `name` of `package` in the running test's profile and returns its path
+/// (a test run on its own does not build examples).
+pub fn example(package: &str, name: &str) -> PathBuf {
+    cargo_build_args(&["-p", package, "--example", name]);
+    let p = target_dir().join("examples").join(name);
+    assert!(p.exists(), "{} missing after the build", p.display());
+    p
+}
+
+/// Deterministic bytes, a function of `seed` and the position: contents whose lost,
+/// repeated or misplaced pieces show.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// `cargo build ARGS` in the running test's profile.
+fn cargo_build_args(args: &[&str]) {
+    let dir = target_dir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("build")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args);
     match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}
         Some("release") => {
@@ -63,7 +94,7 @@ pub fn cargo_build(packages: &[&str]) {
     let st = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-    assert!(st.success(), "cargo build {packages:?} failed");
+    assert!(st.success(), "cargo build {args:?} failed");
 }
 
 /// The `vmmc-run` launcher of the test's profile, built once per test process if needed.
