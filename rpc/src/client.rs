@@ -101,7 +101,8 @@ pub(crate) fn decode_reply<R: DeserializeOwned>(message: &[u8]) -> Result<R, Err
     match msg.body {
         MsgBody::Call(_) => Err(Error::BadMessage("expected a reply, got a call".into())),
         MsgBody::Reply(ReplyBody::Accepted { stat, .. }) => match stat {
-            AcceptStat::Success => Ok(xdr::from_bytes(results)?),
+            // Bytes after the results are ignored, as libtirpc's clnt_call ignores them.
+            AcceptStat::Success => Ok(xdr::take_from_bytes(results)?.0),
             AcceptStat::ProgUnavail => Err(Error::ProgUnavail),
             AcceptStat::ProgMismatch { low, high } => Err(Error::ProgMismatch { low, high }),
             AcceptStat::ProcUnavail => Err(Error::ProcUnavail),
@@ -139,10 +140,82 @@ impl Stream for UnixStream {
 
 type Connector<S> = Box<dyn FnMut() -> io::Result<S> + Send>;
 
+/// How much later than its deadline a call may give up: the socket timeout is shortened only
+/// when it exceeds what is left by more than this, so a call answered at once costs no
+/// system call to adjust it.
+const DEADLINE_SLACK: Duration = Duration::from_millis(5);
+
+/// A stream whose reads and writes share one deadline per call: each one is given at most
+/// the time left, so a peer that trickles bytes or sends replies to other calls cannot keep a
+/// call alive past its total timeout.
+struct Timed<S: Stream> {
+    stream: S,
+    deadline: Option<Instant>,
+    /// The timeout last set on the socket.
+    applied: Option<Duration>,
+}
+
+impl<S: Stream> Timed<S> {
+    fn new(stream: S, timeout: Option<Duration>) -> io::Result<Self> {
+        stream.set_timeouts(timeout)?;
+        Ok(Timed {
+            stream,
+            deadline: None,
+            applied: timeout,
+        })
+    }
+
+    /// Starts a call that must end within `timeout` (`None`: no deadline).
+    fn arm(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        if self.applied != timeout {
+            self.stream.set_timeouts(timeout)?;
+            self.applied = timeout;
+        }
+        self.deadline = timeout.map(|t| Instant::now() + t);
+        Ok(())
+    }
+
+    /// Shortens the socket's timeout to what is left of the call's time.
+    fn before_io(&mut self) -> io::Result<()> {
+        let Some(deadline) = self.deadline else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the call's total timeout expired",
+            ));
+        }
+        if self.applied.is_none_or(|a| a > left + DEADLINE_SLACK) {
+            self.stream.set_timeouts(Some(left))?;
+            self.applied = Some(left);
+        }
+        Ok(())
+    }
+}
+
+impl<S: Stream> Read for Timed<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.before_io()?;
+        self.stream.read(buf)
+    }
+}
+
+impl<S: Stream> Write for Timed<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.before_io()?;
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
 /// An RPC client over a record-marked byte stream.
 pub struct StreamClient<S: Stream> {
     connect: Connector<S>,
-    conn: Option<BufReader<S>>,
+    conn: Option<BufReader<Timed<S>>>,
     xid: u32,
     cred: OpaqueAuth,
     timeout: Option<Duration>,
@@ -161,8 +234,7 @@ impl<S: Stream> StreamClient<S> {
     pub fn with_connector(
         mut connect: impl FnMut() -> io::Result<S> + Send + 'static,
     ) -> Result<Self, Error> {
-        let stream = connect()?;
-        stream.set_timeouts(Some(DEFAULT_TIMEOUT))?;
+        let stream = Timed::new(connect()?, Some(DEFAULT_TIMEOUT))?;
         Ok(StreamClient {
             connect: Box::new(connect),
             conn: Some(BufReader::new(stream)),
@@ -175,11 +247,13 @@ impl<S: Stream> StreamClient<S> {
         })
     }
 
-    /// Sets how long a call waits for the server to accept or send bytes (`None`: forever).
+    /// Sets the total time a call may take, sending the call and waiting for its reply
+    /// included (`None`: forever; default [`DEFAULT_TIMEOUT`]). Replies to other calls and a
+    /// server that sends its reply a byte at a time do not extend it.
     pub fn set_timeout(&mut self, timeout: Option<Duration>) -> Result<(), Error> {
         self.timeout = timeout;
-        if let Some(conn) = &self.conn {
-            conn.get_ref().set_timeouts(timeout)?;
+        if let Some(conn) = &mut self.conn {
+            conn.get_mut().arm(timeout)?;
         }
         Ok(())
     }
@@ -201,11 +275,11 @@ impl<S: Stream> StreamClient<S> {
 
     fn exchange(&mut self, xid: u32) -> Result<(), Error> {
         if self.conn.is_none() {
-            let stream = (self.connect)()?;
-            stream.set_timeouts(self.timeout)?;
+            let stream = Timed::new((self.connect)()?, self.timeout)?;
             self.conn = Some(BufReader::new(stream));
         }
         let conn = self.conn.as_mut().ok_or(Error::ConnectionClosed)?;
+        conn.get_mut().arm(self.timeout)?;
         write_record(conn.get_mut(), &self.buf, self.max_fragment).map_err(Error::from_io)?;
         loop {
             if !read_record(&mut *conn, &mut self.buf, self.max_record)? {
@@ -239,7 +313,7 @@ impl TcpClient {
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.conn
             .as_ref()
-            .and_then(|c| c.get_ref().peer_addr().ok())
+            .and_then(|c| c.get_ref().stream.peer_addr().ok())
     }
 }
 

@@ -29,7 +29,10 @@
 //! - [`serde`]: a re-export; generated types write `#[serde(crate = "rpc::serde")]`.
 //! - [`xdr::to_bytes`], [`xdr::to_writer`] (also appends to a `Vec<u8>`), [`xdr::from_bytes`]
 //!   (trailing bytes are an error), [`xdr::take_from_bytes`] (returns the rest),
-//!   [`xdr::Serializer`], [`xdr::Deserializer`], [`xdr::Error`].
+//!   [`xdr::Serializer`], [`xdr::Deserializer`], [`xdr::Error`]; generated servers decode
+//!   arguments with `take_from_bytes` and ignore what follows them, as libtirpc does, and drop
+//!   their results with [`xdr::drop_with_stack_for`] (a long linked list is dropped
+//!   recursively).
 //! - Native mappings: `int`→`i32`, `unsigned`→`u32`, `hyper`→`i64`, `unsigned hyper`→`u64`,
 //!   `float`→`f32`, `double`→`f64`, `bool`→`bool` (decoding rejects values other than 0 and 1),
 //!   `void`→`()`, optional data `T *`→`Option<Box<T>>`, structs→serde-derived structs (fields

@@ -250,6 +250,34 @@ pub fn register(prog: u32, vers: u32, prot: u32, addr: SocketAddr) -> Result<(),
     }
 }
 
+/// Removes every registration of `prog` version `vers` (all protocols and address families)
+/// from the local rpcbind, as `pmap_unset(prog, vers)` does: what rpcgen's generated server
+/// calls first, so that a server restarted after a crash replaces its predecessor's entries.
+/// Returns whether there were any.
+pub fn unset(prog: u32, vers: u32) -> Result<bool, Error> {
+    match local_client() {
+        Ok(mut client) => {
+            let all = Rpcb {
+                prog,
+                vers,
+                netid: String::new().into(),
+                addr: String::new().into(),
+                owner: owner().into(),
+            };
+            rpcb_unset(&mut client, RPCB_VERS4, &all)
+        }
+        Err(_) => {
+            let mapping = Mapping {
+                prog,
+                vers,
+                prot: 0,
+                port: 0,
+            };
+            pmap_unset(&mut tcp_client(Ipv4Addr::LOCALHOST.into())?, &mapping)
+        }
+    }
+}
+
 /// Removes the registration of `prog` version `vers` over `prot` (in `addr`'s address family)
 /// from the local rpcbind. Returns whether there was one.
 pub fn unregister(prog: u32, vers: u32, prot: u32, addr: SocketAddr) -> Result<bool, Error> {

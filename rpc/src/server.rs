@@ -199,8 +199,9 @@ impl Registry {
             return true;
         };
         accepted(xid, AcceptStat::Success, reply, base);
+        // Deep enough to decode and drop a long linked list among the arguments.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            service.dispatch(call.procedure, args, reply)
+            crate::xdr::with_stack_for(args.len(), || service.dispatch(call.procedure, args, reply))
         }));
         let stat = match outcome {
             Ok(Ok(())) => return true,
@@ -219,6 +220,7 @@ pub struct ServerBuilder {
     tcp: Option<SocketAddr>,
     udp: Option<SocketAddr>,
     register: bool,
+    replace_registrations: bool,
     max_record: usize,
 }
 
@@ -254,6 +256,7 @@ impl Server {
             tcp: None,
             udp: None,
             register: false,
+            replace_registrations: false,
             max_record: DEFAULT_MAX_RECORD,
         }
     }
@@ -367,6 +370,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether registering first removes whatever rpcbind has for each program and version
+    /// (default false: an existing entry makes [`ServerBuilder::start`] fail with
+    /// [`Error::RegistrationRefused`]). rpcgen's generated servers do this (`pmap_unset`,
+    /// then `svc_register`), so that a server restarted after a crash takes over the entries
+    /// its predecessor left; so do stubgen's `serve_<program>` functions.
+    pub fn replace_registrations(mut self, replace: bool) -> Self {
+        self.replace_registrations = replace;
+        self
+    }
+
     /// The largest call record accepted over TCP (default 16 MiB).
     pub fn max_record(mut self, max_record: usize) -> Self {
         self.max_record = max_record;
@@ -431,6 +444,9 @@ impl ServerBuilder {
                 .map(|s| (s.program(), s.version()))
                 .collect();
             for (prog, vers) in services {
+                if self.replace_registrations {
+                    rpcbind::unset(prog, vers)?;
+                }
                 for (prot, addr) in endpoints {
                     if let Some(addr) = addr {
                         // On failure, dropping `server` removes what was registered so far.

@@ -10,7 +10,7 @@ use rpc::record::{read_record, write_record};
 use rpc::server::{DispatchError, Server, Service};
 use rpc::xdr::{Opaque, XdrString};
 use rpc::Error;
-use std::io::BufReader;
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -339,4 +339,65 @@ fn tcp_times_out_reconnects_and_skips_stale_replies() {
     assert_eq!(client.call::<_, u32>(0x2000_2006, 1, 1, &()).unwrap(), 5);
     drop(client);
     peer.join().unwrap();
+}
+
+/// A peer that keeps a TCP call busy without answering it: replies to another xid, or the
+/// real reply one byte at a time, every `pause`.
+fn stalling_peer(trickle: bool, pause: Duration) -> SocketAddr {
+    let listener = TcpListener::bind(local()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut buf = Vec::new();
+        if !read_record(BufReader::new(&conn), &mut buf, 1 << 20).unwrap() {
+            return;
+        }
+        let xid = xid_of(&buf);
+        if trickle {
+            let mut record = Vec::new();
+            write_record(&mut record, &reply_bytes(xid, &[0, 0, 0, 5]), 1 << 20).unwrap();
+            for b in record {
+                if (&conn).write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+        } else {
+            loop {
+                let stale = reply_bytes(xid.wrapping_sub(1), &[0, 0, 0, 1]);
+                if write_record(&conn, &stale, 1 << 20).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn tcp_timeout_bounds_the_whole_call() {
+    use std::time::Instant;
+    for trickle in [false, true] {
+        let addr = stalling_peer(trickle, Duration::from_millis(50));
+        let mut client = TcpClient::connect(addr).unwrap();
+        client
+            .set_timeout(Some(Duration::from_millis(400)))
+            .unwrap();
+        let start = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(client.call::<_, u32>(0x2000_2007, 1, 1, &()));
+        });
+        // Without a total deadline the call would never return.
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("trickle {trickle}: the call outlived its timeout"));
+        let took = start.elapsed();
+        assert!(matches!(r, Err(Error::Timeout)), "trickle {trickle}: {r:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "trickle {trickle}: the call took {took:?}"
+        );
+    }
 }

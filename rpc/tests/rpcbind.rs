@@ -17,6 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+/// The tests that register vecho.x's program take turns.
+static VECHO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn local() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
@@ -124,6 +127,7 @@ fn the_generated_server_registers_on_tcp_and_udp_in_one_call() {
             0
         }
     }
+    let _turn = VECHO.lock().unwrap_or_else(|e| e.into_inner());
     let (prog, vers) = (vecho::VECHO_PROG, vecho::VECHO_V1);
     clear_stale(prog, &[vers]);
     let server = vecho::serve_vecho_prog(Echo).unwrap();
@@ -256,5 +260,59 @@ fn portmap_v2_and_rpcbind_v3_v4_procedures() {
         assert!(rpcbind::rpcb_unset(&mut localc, vers, &entry).unwrap());
         assert_eq!(rpcbind::rpcb_getaddr(&mut tcp, vers, &entry).unwrap(), "");
         assert!(!listed(prog, vers, "tcp"));
+    }
+}
+
+/// A generated server started after a predecessor was killed (its rpcbind entries left
+/// behind, pointing at dead ports) takes the entries over, as rpcgen's generated server does
+/// with `pmap_unset` before registering.
+#[test]
+fn the_generated_server_replaces_a_dead_predecessors_registration() {
+    if !ensure_rpcbind() {
+        return;
+    }
+    struct Adder;
+    impl vecho::VechoV1Server for Adder {
+        fn echo(&self, arg: vecho::blob) -> vecho::blob {
+            arg
+        }
+        fn add(&self, a: i32, b: i32) -> i32 {
+            a + b
+        }
+        fn swap(&self, p: vecho::pair) -> vecho::pair {
+            p
+        }
+        fn concat(&self, a: rpc::xdr::XdrString, _: rpc::xdr::XdrString) -> rpc::xdr::XdrString {
+            a
+        }
+        fn reverse(&self, n: Option<Box<vecho::node>>) -> Option<Box<vecho::node>> {
+            n
+        }
+        fn set_value(&self, _: i64) {}
+        fn get_value(&self) -> i64 {
+            0
+        }
+    }
+    let _turn = VECHO.lock().unwrap_or_else(|e| e.into_inner());
+    let (prog, vers) = (vecho::VECHO_PROG, vecho::VECHO_V1);
+    clear_stale(prog, &[vers]);
+    // What a killed server leaves: entries for ports nobody listens on.
+    let dead_tcp = std::net::TcpListener::bind(local()).unwrap();
+    let dead_addr = dead_tcp.local_addr().unwrap();
+    drop(dead_tcp);
+    rpcbind::register(prog, vers, rpcbind::IPPROTO_TCP, dead_addr).unwrap();
+    rpcbind::register(prog, vers, rpcbind::IPPROTO_UDP, dead_addr).unwrap();
+    let server = vecho::serve_vecho_prog(Adder).unwrap();
+    let tcp = TcpClient::connect_rpcbind(LOCALHOST, prog, vers).unwrap();
+    assert_eq!(
+        tcp.peer_addr().map(|a| a.port()),
+        server.tcp_addr().map(|a| a.port())
+    );
+    assert_eq!(vecho::VechoV1Client::new(tcp).add(&2, &3).unwrap(), 5);
+    let udp = UdpClient::connect_rpcbind(LOCALHOST, prog, vers).unwrap();
+    assert_eq!(vecho::VechoV1Client::new(udp).add(&4, &3).unwrap(), 7);
+    server.shutdown().unwrap();
+    for proto in ["tcp", "udp"] {
+        assert!(!listed(prog, vers, proto), "{proto} still registered");
     }
 }

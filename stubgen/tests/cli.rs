@@ -31,7 +31,7 @@ fn writes_the_output_file() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let code = std::fs::read_to_string(&out).unwrap();
-    assert!(code.contains("pub struct MountversClient<C: ::rpc::client::Call>"));
+    assert!(code.contains("pub struct MountversClient<__C: ::rpc::client::Call>"));
     assert!(code.contains("pub fn mountproc_mnt("));
 }
 
@@ -107,4 +107,42 @@ fn build_script_entry_point_writes_stem_rs() {
     assert!(std::fs::read_to_string(out)
         .unwrap()
         .contains("pub struct RquotaversClient"));
+}
+
+#[test]
+fn samples_for_an_output_stem_that_is_not_an_identifier() {
+    let dir = scratch("stems");
+    let x = dir.join("p.x");
+    std::fs::write(
+        &x,
+        "program P { version V1 { int F(int) = 1; } = 1; } = 0x20000099;\n",
+    )
+    .unwrap();
+    for (stem, module) in [
+        ("my-proto", "my_proto"),
+        ("9p", "_9p"),
+        ("a.b", "a_b"),
+        ("type", "r#type"),
+    ] {
+        let out = dir.join(format!("{stem}.rs"));
+        let o = stubgen(&[
+            "rpcgen",
+            x.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-a",
+        ]);
+        assert!(
+            o.status.success(),
+            "{stem}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        for side in ["client", "server"] {
+            let sample = std::fs::read_to_string(dir.join(format!("{stem}_{side}.rs"))).unwrap();
+            assert!(
+                sample.contains(&format!("#[path = \"{stem}.rs\"]\nmod {module};")),
+                "{stem} {side}:\n{sample}"
+            );
+        }
+    }
 }

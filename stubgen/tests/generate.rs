@@ -101,16 +101,16 @@ fn unions_get_a_variant_per_case_and_a_default_variant() {
         &code,
         "pub enum w { CaseNeg1, Case16(i64), Default(i32, ::rpc::xdr::Opaque<4294967295>), }",
     );
-    assert_has(&code, "t.serialize_element(&c::G)?;");
+    assert_has(&code, "__t.serialize_element(&c::G)?;");
     assert_has(&code, "true => {");
     assert_has(&code, "-1i32 => ::core::result::Result::Ok(w::CaseNeg1)");
-    assert_has(&code, "serializer.serialize_tuple(1)?");
-    assert_has(&code, "deserializer.deserialize_tuple(2, __Visitor)");
+    assert_has(&code, "__serializer.serialize_tuple(1)?");
+    assert_has(&code, "__deserializer.deserialize_tuple(2, __Visitor)");
     // No default arm: an unknown discriminant is an error.
     let code = gen("union x switch (unsigned k) { case 1: int a; };");
     assert_has(
         &code,
-        "::core::result::Result::Err(<A::Error as ::rpc::serde::de::Error>::custom(",
+        "::core::result::Result::Err(<__A::Error as ::rpc::serde::de::Error>::custom(",
     );
 }
 
@@ -122,7 +122,7 @@ fn programs_give_clients_server_traits_and_services() {
     assert_has(&code, "pub const CALC: u32 = 536871169;");
     assert_has(&code, "pub const CALC_V2: u32 = 2;");
     assert_has(&code, "pub const MUL3: u32 = 2;");
-    assert_has(&code, "pub struct CalcV2Client<C: ::rpc::client::Call>");
+    assert_has(&code, "pub struct CalcV2Client<__C: ::rpc::client::Call>");
     assert_has(
         &code,
         "pub fn add(&mut self, arg: &pair) -> ::core::result::Result<i32, ::rpc::Error> {\n\
@@ -150,17 +150,18 @@ fn programs_give_clients_server_traits_and_services() {
     );
     // One call serves every version on TCP and UDP and registers them with rpcbind.
     assert_has(&code, "pub fn serve_calc(");
-    assert_has(&code, "calc_v2: impl CalcV2Server");
+    assert_has(&code, "__calc_v2: impl CalcV2Server");
+    assert_has(&code, ".replace_registrations(true)");
     assert_has(&code, ".register(true)");
     assert_has(&code, ".listen_udp(");
     assert_has(&code, "fn reset(&self);");
     assert_has(
         &code,
-        "impl<S: CalcV2Server> ::rpc::server::Service for CalcV2Service<S>",
+        "impl<__S: CalcV2Server> ::rpc::server::Service for CalcV2Service<__S>",
     );
     assert_has(
         &code,
-        "let (x, arg2, arg3): (i32, i32, i64) = ::rpc::xdr::from_bytes(args)",
+        "let ((x, arg2, arg3), _): ((i32, i32, i64), _) = ::rpc::xdr::take_from_bytes(__args",
     );
     // Procedure 0 is not declared: answered with void.
     assert_has(&code, "0 => ::core::result::Result::Ok(())");

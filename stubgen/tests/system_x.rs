@@ -82,6 +82,7 @@ fn fixtures_generate_code_that_compiles_and_behaves() {
         ("external_consts", 10),
         ("duplicates", 0),
         ("xdrgen_pragmas", 0),
+        ("name_clashes", 0),
     ] {
         let out = stubgen::Rpcgen::new()
             .generate_file(&dir.join(format!("{stem}.x")))
@@ -190,6 +191,39 @@ mod checks {
             color: dup_color::DUP_BLUE,
         };
         assert_eq!(from_bytes::<dup_list>(&to_bytes(&l).unwrap()).unwrap(), l);
+    }
+
+    struct Calc;
+    impl super::name_clashes::CalcV1Server for Calc {
+        fn echo_u(&self, u: super::name_clashes::U) -> super::name_clashes::U {
+            u
+        }
+        fn make(&self, s: super::name_clashes::S, d: super::name_clashes::D) -> super::name_clashes::C {
+            super::name_clashes::C { c: s.s as i32 + d.d.c }
+        }
+        fn echo_v(&self, v: super::name_clashes::V) -> super::name_clashes::V {
+            v
+        }
+    }
+
+    #[test]
+    fn names_the_generated_code_uses_internally_do_not_clash() {
+        use super::name_clashes::*;
+        assert_eq!((data, disc, other, t, x, value, seq, p, result, reply), (1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
+        for u in [U::X(7), U::Y, U::Default(A::Z, S { s: A::Y })] {
+            assert_eq!(from_bytes::<U>(&to_bytes(&u).unwrap()).unwrap(), u);
+        }
+        for v in [V::Case1(D { d: C { c: 3 } }), V::Default(9)] {
+            assert_eq!(from_bytes::<V>(&to_bytes(&v).unwrap()).unwrap(), v);
+        }
+        let svc = CalcV1Service(Calc);
+        let mut reply_bytes = Vec::new();
+        let args = to_bytes(&(S { s: A::Z }, D { d: C { c: 40 } })).unwrap();
+        svc.dispatch(2, &args, &mut reply_bytes).unwrap();
+        assert_eq!(from_bytes::<C>(&reply_bytes).unwrap(), C { c: 42 });
+        // Compiles with a version named like a constant (`calc_v1`).
+        let _: fn(Calc) -> Result<rpc::server::Server, rpc::Error> = serve_calc;
+        assert_eq!(calc_v1, 1);
     }
 
     struct Demo;

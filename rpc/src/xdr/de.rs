@@ -4,10 +4,19 @@ use super::{padding, Error, FIXED_OPAQUE_TOKEN};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
 /// Default limit on the nesting of optional data, variable-length arrays and maps (the only
-/// ways an XDR type can contain itself), so that hostile input such as a long chain of optional
-/// data cannot overflow the stack. Decode longer linked lists with
-/// [`Deserializer::with_max_depth`] on a thread with a large enough stack.
-pub const DEFAULT_MAX_DEPTH: usize = 256;
+/// ways an XDR type can contain itself). Each level consumes at least four bytes of input, so
+/// the depth is bounded by the input's size anyway; the recursion runs on a stack grown on the
+/// heap as needed (the `stacker` crate), so a long linked list (an NFS READDIR chain, a mount
+/// export list) decodes like libtirpc decodes it. This limit caps the memory that hostile input
+/// can make the decoder use for its stack (about 1.6 KB per level in debug builds, 250 bytes in
+/// release builds). Lower or raise it with [`Deserializer::with_max_depth`].
+pub const DEFAULT_MAX_DEPTH: usize = 1 << 18;
+
+/// Stack that must be left before the decoder or encoder recurses one more level; below it,
+/// a new segment of [`STACK_SEGMENT`] bytes is allocated and the recursion continues there.
+pub(crate) const RED_ZONE: usize = 128 * 1024;
+/// Size of each stack segment allocated when recursing deeply.
+pub(crate) const STACK_SEGMENT: usize = 4 * 1024 * 1024;
 
 /// A serde deserializer that reads XDR from a byte slice, borrowing from it where it can.
 ///
@@ -111,7 +120,7 @@ impl<'de> Deserializer<'de> {
             )));
         }
         self.depth += 1;
-        let result = f(self);
+        let result = stacker::maybe_grow(RED_ZONE, STACK_SEGMENT, || f(&mut *self));
         self.depth -= 1;
         result
     }

@@ -169,6 +169,29 @@ pub fn take_from_bytes<'de, T: Deserialize<'de>>(
     Ok((value, de.remaining()))
 }
 
+/// Stack a value of this many XDR levels may need to be dropped or walked recursively
+/// (a generous bound on what dropping one `Option<Box<T>>` link takes).
+const STACK_PER_LEVEL: usize = 256;
+
+/// Runs `f` on a stack deep enough to decode, encode and drop a value of `encoded_len` XDR
+/// bytes, growing it on the heap (the `stacker` crate) only when what is left of the current
+/// one might not do. Rust drops a linked list (`Option<Box<T>>`) recursively, one frame per
+/// link, so a server that decodes a long list must also drop it somewhere deep enough: the RPC
+/// server runs each dispatch inside this. Each XDR nesting level takes at least four bytes, and
+/// decoding allows at most [`DEFAULT_MAX_DEPTH`] levels, which bounds the stack asked for.
+pub fn with_stack_for<R>(encoded_len: usize, f: impl FnOnce() -> R) -> R {
+    let levels = (encoded_len / 4).min(DEFAULT_MAX_DEPTH);
+    let needed = levels.saturating_mul(STACK_PER_LEVEL) + de::RED_ZONE;
+    stacker::maybe_grow(needed, needed, f)
+}
+
+/// Drops `value`, which was encoded into `encoded_len` bytes, inside [`with_stack_for`]:
+/// generated servers drop their results this way, so that returning a long list cannot
+/// overflow the server thread's stack.
+pub fn drop_with_stack_for<T>(value: T, encoded_len: usize) {
+    with_stack_for(encoded_len, move || drop(value));
+}
+
 /// Number of zero bytes that pad `len` bytes to a multiple of four.
 pub(crate) fn padding(len: usize) -> usize {
     (4 - len % 4) % 4

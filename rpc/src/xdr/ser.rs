@@ -1,5 +1,6 @@
 //! The XDR serializer.
 
+use super::de::{RED_ZONE, STACK_SEGMENT};
 use super::{padding, Error, FIXED_OPAQUE_TOKEN};
 use serde::ser::{self, Serialize};
 use std::io;
@@ -111,7 +112,8 @@ impl<W: io::Write> ser::Serializer for &mut Serializer<W> {
     }
     fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<(), Error> {
         self.put_u32(1)?;
-        value.serialize(self)
+        // Optional data is how XDR links lists: grow the stack rather than overflow it.
+        stacker::maybe_grow(RED_ZONE, STACK_SEGMENT, || value.serialize(self))
     }
     fn serialize_unit(self) -> Result<(), Error> {
         Ok(())
@@ -198,7 +200,7 @@ impl<W: io::Write> ser::SerializeSeq for &mut Serializer<W> {
     type Ok = ();
     type Error = Error;
     fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
-        value.serialize(&mut **self)
+        stacker::maybe_grow(RED_ZONE, STACK_SEGMENT, || value.serialize(&mut **self))
     }
     fn end(self) -> Result<(), Error> {
         Ok(())
@@ -245,7 +247,7 @@ impl<W: io::Write> ser::SerializeMap for &mut Serializer<W> {
         key.serialize(&mut **self)
     }
     fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
-        value.serialize(&mut **self)
+        stacker::maybe_grow(RED_ZONE, STACK_SEGMENT, || value.serialize(&mut **self))
     }
     fn end(self) -> Result<(), Error> {
         Ok(())

@@ -361,28 +361,104 @@ fn hostile_lengths_fail_without_allocating() {
     ));
 }
 
-#[test]
-fn deep_nesting_is_an_error_not_a_stack_overflow() {
-    // 100 000 links of optional data.
+/// Unlinks a list iteratively: dropping a long `Box` chain would recurse once per node.
+fn drop_list(mut list: Option<Box<Node>>) {
+    while let Some(mut node) = list {
+        list = node.next.take();
+    }
+}
+
+/// `n` links of optional data, as XDR: (1, value) per node, then 0.
+fn list_bytes(n: u32) -> Vec<u8> {
     let mut bytes = Vec::new();
-    for i in 0..100_000u32 {
+    for i in 0..n {
         bytes.extend_from_slice(&1u32.to_be_bytes());
         bytes.extend_from_slice(&i.to_be_bytes());
     }
     bytes.extend_from_slice(&0u32.to_be_bytes());
-    let err = from_bytes::<Option<Box<Node>>>(&bytes)
+    bytes
+}
+
+#[test]
+fn long_linked_lists_roundtrip() {
+    // Longer than any fixed nesting limit a thread's stack would allow (libtirpc decodes it).
+    const N: u32 = 100_000;
+    let mut list = None;
+    for value in (0..N as i32).rev() {
+        list = Some(Box::new(Node { value, next: list }));
+    }
+    let bytes = to_bytes(&list).unwrap();
+    assert_eq!(bytes, list_bytes(N));
+    drop_list(list);
+    let back = from_bytes::<Option<Box<Node>>>(&bytes).unwrap();
+    let mut count = 0;
+    let mut at = &back;
+    while let Some(node) = at {
+        assert_eq!(node.value, count);
+        count += 1;
+        at = &node.next;
+    }
+    assert_eq!(count, N as i32);
+    drop_list(back);
+    // As a variable-length array nested in itself, too.
+    let mut bytes = Vec::new();
+    for _ in 0..N {
+        bytes.extend_from_slice(&1u32.to_be_bytes());
+    }
+    bytes.extend_from_slice(&0u32.to_be_bytes());
+    #[derive(Debug, Deserialize, Serialize)]
+    struct Tree(Vec<Tree>);
+    let tree = from_bytes::<Tree>(&bytes).unwrap();
+    assert_eq!(to_bytes(&tree).unwrap(), bytes);
+    let mut stack = vec![tree];
+    while let Some(mut t) = stack.pop() {
+        stack.append(&mut t.0);
+    }
+}
+
+#[test]
+fn long_lists_are_dropped_on_a_stack_deep_enough() {
+    // What a generated server does with a long result, on a thread with a small stack:
+    // Rust drops the list recursively, one frame per link.
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let mut list = None;
+            for value in 0..100_000 {
+                list = Some(Box::new(Node { value, next: list }));
+            }
+            let len = to_bytes(&list).unwrap().len();
+            drop_with_stack_for(list, len);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
+fn hostile_nesting_is_an_error_not_a_stack_overflow() {
+    let bytes = list_bytes(100_000);
+    // The depth limit still applies, and the error leaves nothing half-built behind.
+    let mut de = Deserializer::new(&bytes).with_max_depth(600);
+    let err = Option::<Box<Node>>::deserialize(&mut de)
         .unwrap_err()
         .to_string();
     assert!(err.contains("nesting"), "{err}");
-    // A list within the limit decodes, and more depth can be allowed explicitly.
-    let short = &bytes[bytes.len() - 8 * 250 - 4..];
-    assert!(from_bytes::<Option<Box<Node>>>(short).unwrap().is_some());
     let longer = &bytes[bytes.len() - 8 * 600 - 4..];
-    assert!(from_bytes::<Option<Box<Node>>>(longer).is_err());
     let mut de = Deserializer::new(longer).with_max_depth(600);
-    let list = Option::<Box<Node>>::deserialize(&mut de).unwrap().unwrap();
-    assert_eq!(list.value, 100_000 - 600);
+    let list = Option::<Box<Node>>::deserialize(&mut de).unwrap();
+    assert_eq!(list.as_ref().unwrap().value, 100_000 - 600);
     assert!(de.remaining().is_empty());
+    drop_list(list);
+    // A chain that never ends, truncated anywhere, is an error (not a crash).
+    let endless = &bytes[..bytes.len() - 4];
+    assert!(matches!(
+        from_bytes::<Option<Box<Node>>>(endless),
+        Err(Error::UnexpectedEof { .. })
+    ));
+    // The default limit stops a chain of more links than it allows.
+    let mut de = Deserializer::new(&bytes).with_max_depth(DEFAULT_MAX_DEPTH.min(50_000));
+    assert!(Option::<Box<Node>>::deserialize(&mut de).is_err());
 }
 
 #[test]

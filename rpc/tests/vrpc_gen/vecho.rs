@@ -24,22 +24,22 @@ pub const REVERSE: u32 = 5;
 pub const SET_VALUE: u32 = 6;
 pub const GET_VALUE: u32 = 7;
 /// Client of program `VECHO_PROG` (536894209) version `VECHO_V1` (1).
-pub struct VechoV1Client<C: ::rpc::client::Call> {
+pub struct VechoV1Client<__C: ::rpc::client::Call> {
     /// The underlying RPC client.
-    pub inner: C,
+    pub inner: __C,
 }
 #[allow(non_snake_case, clippy::too_many_arguments)]
-impl<C: ::rpc::client::Call> VechoV1Client<C> {
+impl<__C: ::rpc::client::Call> VechoV1Client<__C> {
     /// The program number.
     pub const PROGRAM: u32 = 536894209;
     /// The version number.
     pub const VERSION: u32 = 1;
     /// Wraps an RPC client.
-    pub fn new(inner: C) -> Self {
+    pub fn new(inner: __C) -> Self {
         Self { inner }
     }
     /// Returns the underlying RPC client.
-    pub fn into_inner(self) -> C {
+    pub fn into_inner(self) -> __C {
         self.inner
     }
     /// Procedure `ECHO` (1).
@@ -111,9 +111,9 @@ pub trait VechoV1Server: ::core::marker::Send + ::core::marker::Sync + 'static {
     fn get_value(&self) -> i64;
 }
 /// Dispatches calls of program `VECHO_PROG` version `VECHO_V1` to a [`VechoV1Server`].
-pub struct VechoV1Service<S>(pub S);
+pub struct VechoV1Service<__S>(pub __S);
 #[allow(non_snake_case, clippy::too_many_arguments)]
-impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
+impl<__S: VechoV1Server> ::rpc::server::Service for VechoV1Service<__S> {
     fn program(&self) -> u32 {
         536894209
     }
@@ -122,74 +122,91 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
     }
     fn dispatch(
         &self,
-        procedure: u32,
-        args: &[u8],
-        reply: &mut ::std::vec::Vec<u8>,
+        __procedure: u32,
+        __args: &[u8],
+        __reply: &mut ::std::vec::Vec<u8>,
     ) -> ::core::result::Result<(), ::rpc::server::DispatchError> {
-        let _ = (&args, &reply);
-        match procedure {
+        let _ = (&__args, &__reply);
+        match __procedure {
             1 => {
-                let arg: blob = ::rpc::xdr::from_bytes(args)
+                let (arg, _): (blob, _) = ::rpc::xdr::take_from_bytes(__args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
-                let result: blob = self.0.echo(arg);
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __result: blob = self.0.echo(arg);
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             2 => {
-                let (arg1, arg2): (i32, i32) = ::rpc::xdr::from_bytes(args)
+                let ((arg1, arg2), _): ((i32, i32), _) = ::rpc::xdr::take_from_bytes(
+                        __args,
+                    )
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
-                let result: i32 = self.0.add(arg1, arg2);
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __result: i32 = self.0.add(arg1, arg2);
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             3 => {
-                let arg: pair = ::rpc::xdr::from_bytes(args)
+                let (arg, _): (pair, _) = ::rpc::xdr::take_from_bytes(__args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
-                let result: pair = self.0.swap(arg);
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __result: pair = self.0.swap(arg);
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             4 => {
                 let (
-                    arg1,
-                    arg2,
+                    (arg1, arg2),
+                    _,
                 ): (
-                    ::rpc::xdr::XdrString<4294967295>,
-                    ::rpc::xdr::XdrString<4294967295>,
-                ) = ::rpc::xdr::from_bytes(args)
+                    (
+                        ::rpc::xdr::XdrString<4294967295>,
+                        ::rpc::xdr::XdrString<4294967295>,
+                    ),
+                    _,
+                ) = ::rpc::xdr::take_from_bytes(__args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
-                let result: ::rpc::xdr::XdrString<4294967295> = self
+                let __result: ::rpc::xdr::XdrString<4294967295> = self
                     .0
                     .concat(arg1, arg2);
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             5 => {
-                let arg: ::core::option::Option<::std::boxed::Box<node>> = ::rpc::xdr::from_bytes(
-                        args,
+                let (arg, _): (::core::option::Option<::std::boxed::Box<node>>, _) = ::rpc::xdr::take_from_bytes(
+                        __args,
                     )
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
-                let result: ::core::option::Option<::std::boxed::Box<node>> = self
+                let __result: ::core::option::Option<::std::boxed::Box<node>> = self
                     .0
                     .reverse(arg);
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             6 => {
-                let arg: i64 = ::rpc::xdr::from_bytes(args)
+                let (arg, _): (i64, _) = ::rpc::xdr::take_from_bytes(__args)
                     .map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                 self.0.set_value(arg);
                 ::core::result::Result::Ok(())
             }
             7 => {
-                let result: i64 = self.0.get_value();
-                ::rpc::xdr::to_writer(&mut *reply, &result)
+                let __result: i64 = self.0.get_value();
+                let __start = __reply.len();
+                ::rpc::xdr::to_writer(&mut *__reply, &__result)
                     .map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 ::core::result::Result::Ok(())
             }
             0 => ::core::result::Result::Ok(()),
@@ -197,15 +214,16 @@ impl<S: VechoV1Server> ::rpc::server::Service for VechoV1Service<S> {
         }
     }
 }
-/// Serves every version of program `VECHO_PROG` on TCP and UDP (ephemeral ports on all addresses) and registers each version on both with the local rpcbind, as rpcgen's generated server does. Shutting the server down (or dropping it) unregisters them.
+/// Serves every version of program `VECHO_PROG` on TCP and UDP (ephemeral ports on all addresses) and registers each version on both with the local rpcbind, as rpcgen's generated server does: whatever rpcbind had for these versions (say, from a server that was killed) is removed first (`pmap_unset`), then each is registered. Shutting the server down (or dropping it) unregisters them.
 #[allow(non_snake_case, clippy::too_many_arguments)]
 pub fn serve_vecho_prog(
-    vecho_v1: impl VechoV1Server,
+    __vecho_v1: impl VechoV1Server,
 ) -> ::core::result::Result<::rpc::server::Server, ::rpc::Error> {
     ::rpc::server::Server::builder()
-        .service(VechoV1Service(vecho_v1))
+        .service(VechoV1Service(__vecho_v1))
         .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
         .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
         .register(true)
+        .replace_registrations(true)
         .start()
 }

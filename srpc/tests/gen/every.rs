@@ -8,25 +8,25 @@ pub struct Point {
     pub x: f64,
     pub y: f64,
 }
-impl srpc::Wire for Point {
+impl ::srpc::Wire for Point {
     const SIZE: usize = 16;
     const ALIGN: usize = 8;
-    fn put(&self, b: &mut [u8]) -> Result<(), srpc::Error> {
-        srpc::Wire::put(&self.x, &mut b[0..8])?;
-        srpc::Wire::put(&self.y, &mut b[8..16])?;
-        let _ = b;
-        Ok(())
+    fn put(&self, __b: &mut [u8]) -> ::core::result::Result<(), ::srpc::Error> {
+        ::srpc::Wire::put(&self.x, &mut __b[0..8])?;
+        ::srpc::Wire::put(&self.y, &mut __b[8..16])?;
+        let _ = __b;
+        ::core::result::Result::Ok(())
     }
-    fn get(b: &[u8]) -> Result<Self, srpc::Error> {
-        let _ = b;
-        Ok(Point {
-            x: srpc::Wire::get(&b[0..8])?,
-            y: srpc::Wire::get(&b[8..16])?,
+    fn get(__b: &[u8]) -> ::core::result::Result<Self, ::srpc::Error> {
+        let _ = __b;
+        ::core::result::Result::Ok(Point {
+            x: ::srpc::Wire::get(&__b[0..8])?,
+            y: ::srpc::Wire::get(&__b[8..16])?,
         })
     }
 }
-const _: () = assert!(< f64 as srpc::Wire > ::SIZE == 8);
-const _: () = assert!(< f64 as srpc::Wire > ::SIZE == 8);
+const _: () = assert!(< f64 as ::srpc::Wire > ::SIZE == 8);
+const _: () = assert!(< f64 as ::srpc::Wire > ::SIZE == 8);
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     pub a: i8,
@@ -40,69 +40,69 @@ pub struct Record {
     pub i: f32,
     pub j: f64,
     pub k: bool,
-    pub name: srpc::BString<32>,
+    pub name: ::srpc::BString<32>,
     pub small: [u16; 3],
-    pub path: srpc::BSeq<Point, 4>,
+    pub path: ::srpc::BSeq<Point, 4>,
 }
-impl srpc::Wire for Record {
+impl ::srpc::Wire for Record {
     const SIZE: usize = 168;
     const ALIGN: usize = 8;
-    fn put(&self, b: &mut [u8]) -> Result<(), srpc::Error> {
-        srpc::Wire::put(&self.a, &mut b[0..1])?;
-        srpc::Wire::put(&self.b, &mut b[2..4])?;
-        srpc::Wire::put(&self.c, &mut b[4..8])?;
-        srpc::Wire::put(&self.d, &mut b[8..16])?;
-        srpc::Wire::put(&self.e, &mut b[16..17])?;
-        srpc::Wire::put(&self.f, &mut b[18..20])?;
-        srpc::Wire::put(&self.g, &mut b[20..24])?;
-        srpc::Wire::put(&self.h, &mut b[24..32])?;
-        srpc::Wire::put(&self.i, &mut b[32..36])?;
-        srpc::Wire::put(&self.j, &mut b[40..48])?;
-        srpc::Wire::put(&self.k, &mut b[48..52])?;
-        srpc::Wire::put(&self.name, &mut b[52..88])?;
-        srpc::Wire::put(&self.small, &mut b[88..94])?;
-        srpc::Wire::put(&self.path, &mut b[96..168])?;
-        let _ = b;
-        Ok(())
+    fn put(&self, __b: &mut [u8]) -> ::core::result::Result<(), ::srpc::Error> {
+        ::srpc::Wire::put(&self.a, &mut __b[0..1])?;
+        ::srpc::Wire::put(&self.b, &mut __b[2..4])?;
+        ::srpc::Wire::put(&self.c, &mut __b[4..8])?;
+        ::srpc::Wire::put(&self.d, &mut __b[8..16])?;
+        ::srpc::Wire::put(&self.e, &mut __b[16..17])?;
+        ::srpc::Wire::put(&self.f, &mut __b[18..20])?;
+        ::srpc::Wire::put(&self.g, &mut __b[20..24])?;
+        ::srpc::Wire::put(&self.h, &mut __b[24..32])?;
+        ::srpc::Wire::put(&self.i, &mut __b[32..36])?;
+        ::srpc::Wire::put(&self.j, &mut __b[40..48])?;
+        ::srpc::Wire::put(&self.k, &mut __b[48..52])?;
+        ::srpc::Wire::put(&self.name, &mut __b[52..88])?;
+        ::srpc::Wire::put(&self.small, &mut __b[88..94])?;
+        ::srpc::Wire::put(&self.path, &mut __b[96..168])?;
+        let _ = __b;
+        ::core::result::Result::Ok(())
     }
-    fn get(b: &[u8]) -> Result<Self, srpc::Error> {
-        let _ = b;
-        Ok(Record {
-            a: srpc::Wire::get(&b[0..1])?,
-            b: srpc::Wire::get(&b[2..4])?,
-            c: srpc::Wire::get(&b[4..8])?,
-            d: srpc::Wire::get(&b[8..16])?,
-            e: srpc::Wire::get(&b[16..17])?,
-            f: srpc::Wire::get(&b[18..20])?,
-            g: srpc::Wire::get(&b[20..24])?,
-            h: srpc::Wire::get(&b[24..32])?,
-            i: srpc::Wire::get(&b[32..36])?,
-            j: srpc::Wire::get(&b[40..48])?,
-            k: srpc::Wire::get(&b[48..52])?,
-            name: srpc::Wire::get(&b[52..88])?,
-            small: srpc::Wire::get(&b[88..94])?,
-            path: srpc::Wire::get(&b[96..168])?,
+    fn get(__b: &[u8]) -> ::core::result::Result<Self, ::srpc::Error> {
+        let _ = __b;
+        ::core::result::Result::Ok(Record {
+            a: ::srpc::Wire::get(&__b[0..1])?,
+            b: ::srpc::Wire::get(&__b[2..4])?,
+            c: ::srpc::Wire::get(&__b[4..8])?,
+            d: ::srpc::Wire::get(&__b[8..16])?,
+            e: ::srpc::Wire::get(&__b[16..17])?,
+            f: ::srpc::Wire::get(&__b[18..20])?,
+            g: ::srpc::Wire::get(&__b[20..24])?,
+            h: ::srpc::Wire::get(&__b[24..32])?,
+            i: ::srpc::Wire::get(&__b[32..36])?,
+            j: ::srpc::Wire::get(&__b[40..48])?,
+            k: ::srpc::Wire::get(&__b[48..52])?,
+            name: ::srpc::Wire::get(&__b[52..88])?,
+            small: ::srpc::Wire::get(&__b[88..94])?,
+            path: ::srpc::Wire::get(&__b[96..168])?,
         })
     }
 }
-const _: () = assert!(< i8 as srpc::Wire > ::SIZE == 1);
-const _: () = assert!(< i16 as srpc::Wire > ::SIZE == 2);
-const _: () = assert!(< i32 as srpc::Wire > ::SIZE == 4);
-const _: () = assert!(< i64 as srpc::Wire > ::SIZE == 8);
-const _: () = assert!(< u8 as srpc::Wire > ::SIZE == 1);
-const _: () = assert!(< u16 as srpc::Wire > ::SIZE == 2);
-const _: () = assert!(< u32 as srpc::Wire > ::SIZE == 4);
-const _: () = assert!(< u64 as srpc::Wire > ::SIZE == 8);
-const _: () = assert!(< f32 as srpc::Wire > ::SIZE == 4);
-const _: () = assert!(< f64 as srpc::Wire > ::SIZE == 8);
-const _: () = assert!(< bool as srpc::Wire > ::SIZE == 4);
-const _: () = assert!(< srpc::BString < 32 > as srpc::Wire > ::SIZE == 36);
-const _: () = assert!(< [u16; 3] as srpc::Wire > ::SIZE == 6);
-const _: () = assert!(< srpc::BSeq < Point, 4 > as srpc::Wire > ::SIZE == 72);
-pub type Ints = srpc::BSeq<i32, 1000>;
+const _: () = assert!(< i8 as ::srpc::Wire > ::SIZE == 1);
+const _: () = assert!(< i16 as ::srpc::Wire > ::SIZE == 2);
+const _: () = assert!(< i32 as ::srpc::Wire > ::SIZE == 4);
+const _: () = assert!(< i64 as ::srpc::Wire > ::SIZE == 8);
+const _: () = assert!(< u8 as ::srpc::Wire > ::SIZE == 1);
+const _: () = assert!(< u16 as ::srpc::Wire > ::SIZE == 2);
+const _: () = assert!(< u32 as ::srpc::Wire > ::SIZE == 4);
+const _: () = assert!(< u64 as ::srpc::Wire > ::SIZE == 8);
+const _: () = assert!(< f32 as ::srpc::Wire > ::SIZE == 4);
+const _: () = assert!(< f64 as ::srpc::Wire > ::SIZE == 8);
+const _: () = assert!(< bool as ::srpc::Wire > ::SIZE == 4);
+const _: () = assert!(< ::srpc::BString < 32 > as ::srpc::Wire > ::SIZE == 36);
+const _: () = assert!(< [u16; 3] as ::srpc::Wire > ::SIZE == 6);
+const _: () = assert!(< ::srpc::BSeq < Point, 4 > as ::srpc::Wire > ::SIZE == 72);
+pub type Ints = ::srpc::BSeq<i32, 1000>;
 pub type Bytes = [u8; 64];
 /// The binding layout of interface `Every`.
-pub const EVERY_LAYOUT: srpc::Layout = srpc::Layout {
+pub const EVERY_LAYOUT: ::srpc::Layout = ::srpc::Layout {
     request: 65544,
     reply: 65544,
     interface: 41709,
@@ -123,93 +123,105 @@ pub const EVERY_PROCEDURES: &[(u32, &str, usize, usize)] = &[
 ];
 /// The client stub of interface `Every`.
 pub struct EveryClient {
-    binding: srpc::ClientBinding,
+    binding: ::srpc::ClientBinding,
 }
 impl EveryClient {
-    /// Binds to the server process of rank `server` (which accepts with the same layout) over `mode`.
+    /// Binds to the server process of rank `__server` (which accepts with the same layout) over `__mode`.
     pub fn bind(
-        ep: &srpc::Endpoint,
-        server: usize,
-        mode: srpc::Mode,
-    ) -> Result<Self, srpc::Error> {
-        Ok(EveryClient {
-            binding: srpc::ClientBinding::bind(ep, server, EVERY_LAYOUT, mode)?,
+        __ep: &::srpc::Endpoint,
+        __server: usize,
+        __mode: ::srpc::Mode,
+    ) -> ::core::result::Result<Self, ::srpc::Error> {
+        ::core::result::Result::Ok(EveryClient {
+            binding: ::srpc::ClientBinding::bind(__ep, __server, EVERY_LAYOUT, __mode)?,
         })
     }
     /// The binding (to make raw calls, or to look at its mode).
-    pub fn binding(&mut self) -> &mut srpc::ClientBinding {
+    pub fn binding(&mut self) -> &mut ::srpc::ClientBinding {
         &mut self.binding
     }
     /// Calls procedure 1 (`null`).
-    pub fn null(&mut self) -> Result<(), srpc::Error> {
+    pub fn null(&mut self) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(0);
-            let _ = req;
+            let __req = self.binding.request(0);
+            let _ = __req;
         }
         self.binding.call_raw(1, 0, 0)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 2 (`add`).
-    pub fn add(&mut self, a: &i32, b: &i32, sum: &mut i64) -> Result<(), srpc::Error> {
+    pub fn add(
+        &mut self,
+        a: &i32,
+        b: &i32,
+        sum: &mut i64,
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(8);
-            srpc::Wire::put(&*a, &mut req[0..4])?;
-            srpc::Wire::put(&*b, &mut req[4..8])?;
-            let _ = req;
+            let __req = self.binding.request(8);
+            ::srpc::Wire::put(&*a, &mut __req[0..4])?;
+            ::srpc::Wire::put(&*b, &mut __req[4..8])?;
+            let _ = __req;
         }
         self.binding.call_raw(2, 8, 8)?;
         self.binding.result_into(8, 0..8, sum)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 3 (`scale`).
-    pub fn scale(&mut self, v: &mut [f64; 8], k: &f64) -> Result<(), srpc::Error> {
+    pub fn scale(
+        &mut self,
+        v: &mut [f64; 8],
+        k: &f64,
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(72);
-            srpc::Wire::put(&*v, &mut req[0..64])?;
-            srpc::Wire::put(&*k, &mut req[64..72])?;
-            let _ = req;
+            let __req = self.binding.request(72);
+            ::srpc::Wire::put(&*v, &mut __req[0..64])?;
+            ::srpc::Wire::put(&*k, &mut __req[64..72])?;
+            let _ = __req;
         }
         self.binding.call_raw(3, 72, 64)?;
         self.binding.result_into(64, 0..64, v)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 4 (`echo_record`).
     pub fn echo_record(
         &mut self,
         r: &Record,
         copy: &mut Record,
-    ) -> Result<(), srpc::Error> {
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         self.binding.call_whole(4, &*r, 168, 168)?;
         self.binding.result_into(168, 0..168, copy)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 5 (`reverse`).
-    pub fn reverse(&mut self, xs: &mut Ints) -> Result<(), srpc::Error> {
+    pub fn reverse(
+        &mut self,
+        xs: &mut Ints,
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(4008);
-            srpc::Wire::put(&*xs, &mut req[0..4004])?;
-            let _ = req;
+            let __req = self.binding.request(4008);
+            ::srpc::Wire::put(&*xs, &mut __req[0..4004])?;
+            let _ = __req;
         }
         self.binding.call_raw(5, 4008, 4008)?;
         self.binding.result_into(4008, 0..4004, xs)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 6 (`greet`).
     pub fn greet(
         &mut self,
-        name: &srpc::BString<32>,
-        greeting: &mut srpc::BString<64>,
+        name: &::srpc::BString<32>,
+        greeting: &mut ::srpc::BString<64>,
         len: &mut u32,
-    ) -> Result<(), srpc::Error> {
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(40);
-            srpc::Wire::put(&*name, &mut req[0..36])?;
-            let _ = req;
+            let __req = self.binding.request(40);
+            ::srpc::Wire::put(&*name, &mut __req[0..36])?;
+            let _ = __req;
         }
         self.binding.call_raw(6, 40, 72)?;
         self.binding.result_into(72, 0..68, greeting)?;
         self.binding.result_into(72, 68..72, len)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 7 (`logic`).
     pub fn logic(
@@ -218,23 +230,23 @@ impl EveryClient {
         b: &bool,
         both: &mut bool,
         either: &mut bool,
-    ) -> Result<(), srpc::Error> {
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(8);
-            srpc::Wire::put(&*a, &mut req[0..4])?;
-            srpc::Wire::put(&*b, &mut req[4..8])?;
-            let _ = req;
+            let __req = self.binding.request(8);
+            ::srpc::Wire::put(&*a, &mut __req[0..4])?;
+            ::srpc::Wire::put(&*b, &mut __req[4..8])?;
+            let _ = __req;
         }
         self.binding.call_raw(7, 8, 8)?;
         self.binding.result_into(8, 0..4, both)?;
         self.binding.result_into(8, 4..8, either)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 8 (`bump`).
-    pub fn bump(&mut self, b: &mut Bytes) -> Result<(), srpc::Error> {
+    pub fn bump(&mut self, b: &mut Bytes) -> ::core::result::Result<(), ::srpc::Error> {
         self.binding.call_whole(8, &*b, 64, 64)?;
         self.binding.result_into(64, 0..64, b)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 9 (`widen`).
     #[allow(clippy::too_many_arguments)]
@@ -248,41 +260,44 @@ impl EveryClient {
         sum: &mut u64,
         signed_sum: &mut i64,
         half: &mut f32,
-    ) -> Result<(), srpc::Error> {
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(16);
-            srpc::Wire::put(&*a, &mut req[0..1])?;
-            srpc::Wire::put(&*b, &mut req[2..4])?;
-            srpc::Wire::put(&*c, &mut req[4..8])?;
-            srpc::Wire::put(&*d, &mut req[8..9])?;
-            srpc::Wire::put(&*e, &mut req[10..12])?;
-            let _ = req;
+            let __req = self.binding.request(16);
+            ::srpc::Wire::put(&*a, &mut __req[0..1])?;
+            ::srpc::Wire::put(&*b, &mut __req[2..4])?;
+            ::srpc::Wire::put(&*c, &mut __req[4..8])?;
+            ::srpc::Wire::put(&*d, &mut __req[8..9])?;
+            ::srpc::Wire::put(&*e, &mut __req[10..12])?;
+            let _ = __req;
         }
         self.binding.call_raw(9, 16, 24)?;
         self.binding.result_into(24, 0..8, sum)?;
         self.binding.result_into(24, 8..16, signed_sum)?;
         self.binding.result_into(24, 16..20, half)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 10 (`blob`).
-    pub fn blob(&mut self, data: &mut srpc::BSeq<u8, 65536>) -> Result<(), srpc::Error> {
+    pub fn blob(
+        &mut self,
+        data: &mut ::srpc::BSeq<u8, 65536>,
+    ) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(65544);
-            srpc::Wire::put(&*data, &mut req[0..65540])?;
-            let _ = req;
+            let __req = self.binding.request(65544);
+            ::srpc::Wire::put(&*data, &mut __req[0..65540])?;
+            let _ = __req;
         }
         self.binding.call_raw(10, 65544, 65544)?;
         self.binding.result_into(65544, 0..65540, data)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
     /// Calls procedure 11 (`die`).
-    pub fn die(&mut self) -> Result<(), srpc::Error> {
+    pub fn die(&mut self) -> ::core::result::Result<(), ::srpc::Error> {
         {
-            let req = self.binding.request(0);
-            let _ = req;
+            let __req = self.binding.request(0);
+            let _ = __req;
         }
         self.binding.call_raw(11, 0, 0)?;
-        Ok(())
+        ::core::result::Result::Ok(())
     }
 }
 /// The procedures of interface `Every`, implemented by a server.
@@ -290,30 +305,30 @@ pub trait EveryServer {
     /// Procedure 1 (`null`).
     fn null(&mut self);
     /// Procedure 2 (`add`).
-    fn add(&mut self, a: i32, b: i32, sum: &mut srpc::Out<'_, i64>);
+    fn add(&mut self, a: i32, b: i32, sum: &mut ::srpc::Out<'_, i64>);
     /// Procedure 3 (`scale`).
-    fn scale(&mut self, v: &mut srpc::InOut<'_, [f64; 8]>, k: f64);
+    fn scale(&mut self, v: &mut ::srpc::InOut<'_, [f64; 8]>, k: f64);
     /// Procedure 4 (`echo_record`).
-    fn echo_record(&mut self, r: Record, copy: &mut srpc::Out<'_, Record>);
+    fn echo_record(&mut self, r: Record, copy: &mut ::srpc::Out<'_, Record>);
     /// Procedure 5 (`reverse`).
-    fn reverse(&mut self, xs: &mut srpc::InOut<'_, Ints>);
+    fn reverse(&mut self, xs: &mut ::srpc::InOut<'_, Ints>);
     /// Procedure 6 (`greet`).
     fn greet(
         &mut self,
-        name: srpc::BString<32>,
-        greeting: &mut srpc::Out<'_, srpc::BString<64>>,
-        len: &mut srpc::Out<'_, u32>,
+        name: ::srpc::BString<32>,
+        greeting: &mut ::srpc::Out<'_, ::srpc::BString<64>>,
+        len: &mut ::srpc::Out<'_, u32>,
     );
     /// Procedure 7 (`logic`).
     fn logic(
         &mut self,
         a: bool,
         b: bool,
-        both: &mut srpc::Out<'_, bool>,
-        either: &mut srpc::Out<'_, bool>,
+        both: &mut ::srpc::Out<'_, bool>,
+        either: &mut ::srpc::Out<'_, bool>,
     );
     /// Procedure 8 (`bump`).
-    fn bump(&mut self, b: &mut srpc::InOut<'_, Bytes>);
+    fn bump(&mut self, b: &mut ::srpc::InOut<'_, Bytes>);
     /// Procedure 9 (`widen`).
     #[allow(clippy::too_many_arguments)]
     fn widen(
@@ -323,203 +338,205 @@ pub trait EveryServer {
         c: u32,
         d: i8,
         e: i16,
-        sum: &mut srpc::Out<'_, u64>,
-        signed_sum: &mut srpc::Out<'_, i64>,
-        half: &mut srpc::Out<'_, f32>,
+        sum: &mut ::srpc::Out<'_, u64>,
+        signed_sum: &mut ::srpc::Out<'_, i64>,
+        half: &mut ::srpc::Out<'_, f32>,
     );
     /// Procedure 10 (`blob`).
-    fn blob(&mut self, data: &mut srpc::InOut<'_, srpc::BSeq<u8, 65536>>);
+    fn blob(&mut self, data: &mut ::srpc::InOut<'_, ::srpc::BSeq<u8, 65536>>);
     /// Procedure 11 (`die`).
     fn die(&mut self);
 }
-/// Runs the procedure of `call` on `svc` (interface `Every`): arguments are read from the binding's receive buffer, results written into the reply as the procedure sets them.
-pub fn every_dispatch<S: EveryServer + ?Sized>(
-    svc: &mut S,
-    call: &srpc::Incoming<'_>,
-) -> Result<(), srpc::Error> {
-    match call.procedure() {
+/// Runs the procedure of `__call` on `__svc` (interface `Every`): arguments are read from the binding's receive buffer, results written into the reply as the procedure sets them.
+pub fn every_dispatch<__S: EveryServer + ?Sized>(
+    __svc: &mut __S,
+    __call: &::srpc::Incoming<'_>,
+) -> ::core::result::Result<(), ::srpc::Error> {
+    match __call.procedure() {
         1 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(0);
-                    let _ = req;
-                    svc.null();
+                    let __req = __call.request(0);
+                    let _ = __req;
+                    __svc.null();
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         2 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(8);
-                    let a: i32 = srpc::Wire::get(&req[0..4])?;
-                    let b: i32 = srpc::Wire::get(&req[4..8])?;
-                    let _ = req;
-                    let mut sum = call.out::<i64>(8, 0);
-                    svc.add(a, b, &mut sum);
+                    let __req = __call.request(8);
+                    let a: i32 = ::srpc::Wire::get(&__req[0..4])?;
+                    let b: i32 = ::srpc::Wire::get(&__req[4..8])?;
+                    let _ = __req;
+                    let mut sum = __call.out::<i64>(8, 0);
+                    __svc.add(a, b, &mut sum);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         3 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(72);
-                    let k: f64 = srpc::Wire::get(&req[64..72])?;
-                    let _ = req;
-                    let mut v = call.inout_from::<[f64; 8]>(64, 0, &req[0..64])?;
-                    svc.scale(&mut v, k);
+                    let __req = __call.request(72);
+                    let k: f64 = ::srpc::Wire::get(&__req[64..72])?;
+                    let _ = __req;
+                    let mut v = __call.inout_from::<[f64; 8]>(64, 0, &__req[0..64])?;
+                    __svc.scale(&mut v, k);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         4 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(168);
-                    let r: Record = srpc::Wire::get(&req[0..168])?;
-                    let _ = req;
-                    let mut copy = call.out::<Record>(168, 0);
-                    svc.echo_record(r, &mut copy);
+                    let __req = __call.request(168);
+                    let r: Record = ::srpc::Wire::get(&__req[0..168])?;
+                    let _ = __req;
+                    let mut copy = __call.out::<Record>(168, 0);
+                    __svc.echo_record(r, &mut copy);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         5 => {
             #[inline(never)]
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(4008);
-                    let _ = req;
-                    let mut xs = call.inout_from::<Ints>(4008, 0, &req[0..4004])?;
-                    svc.reverse(&mut xs);
+                    let __req = __call.request(4008);
+                    let _ = __req;
+                    let mut xs = __call.inout_from::<Ints>(4008, 0, &__req[0..4004])?;
+                    __svc.reverse(&mut xs);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         6 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(40);
-                    let name: srpc::BString<32> = srpc::Wire::get(&req[0..36])?;
-                    let _ = req;
-                    let mut greeting = call.out::<srpc::BString<64>>(72, 0);
-                    let mut len = call.out::<u32>(72, 68);
-                    svc.greet(name, &mut greeting, &mut len);
+                    let __req = __call.request(40);
+                    let name: ::srpc::BString<32> = ::srpc::Wire::get(&__req[0..36])?;
+                    let _ = __req;
+                    let mut greeting = __call.out::<::srpc::BString<64>>(72, 0);
+                    let mut len = __call.out::<u32>(72, 68);
+                    __svc.greet(name, &mut greeting, &mut len);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         7 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(8);
-                    let a: bool = srpc::Wire::get(&req[0..4])?;
-                    let b: bool = srpc::Wire::get(&req[4..8])?;
-                    let _ = req;
-                    let mut both = call.out::<bool>(8, 0);
-                    let mut either = call.out::<bool>(8, 4);
-                    svc.logic(a, b, &mut both, &mut either);
+                    let __req = __call.request(8);
+                    let a: bool = ::srpc::Wire::get(&__req[0..4])?;
+                    let b: bool = ::srpc::Wire::get(&__req[4..8])?;
+                    let _ = __req;
+                    let mut both = __call.out::<bool>(8, 0);
+                    let mut either = __call.out::<bool>(8, 4);
+                    __svc.logic(a, b, &mut both, &mut either);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         8 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(64);
-                    let _ = req;
-                    let mut b = call.inout_from::<Bytes>(64, 0, &req[0..64])?;
-                    svc.bump(&mut b);
+                    let __req = __call.request(64);
+                    let _ = __req;
+                    let mut b = __call.inout_from::<Bytes>(64, 0, &__req[0..64])?;
+                    __svc.bump(&mut b);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         9 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(16);
-                    let a: u8 = srpc::Wire::get(&req[0..1])?;
-                    let b: u16 = srpc::Wire::get(&req[2..4])?;
-                    let c: u32 = srpc::Wire::get(&req[4..8])?;
-                    let d: i8 = srpc::Wire::get(&req[8..9])?;
-                    let e: i16 = srpc::Wire::get(&req[10..12])?;
-                    let _ = req;
-                    let mut sum = call.out::<u64>(24, 0);
-                    let mut signed_sum = call.out::<i64>(24, 8);
-                    let mut half = call.out::<f32>(24, 16);
-                    svc.widen(a, b, c, d, e, &mut sum, &mut signed_sum, &mut half);
+                    let __req = __call.request(16);
+                    let a: u8 = ::srpc::Wire::get(&__req[0..1])?;
+                    let b: u16 = ::srpc::Wire::get(&__req[2..4])?;
+                    let c: u32 = ::srpc::Wire::get(&__req[4..8])?;
+                    let d: i8 = ::srpc::Wire::get(&__req[8..9])?;
+                    let e: i16 = ::srpc::Wire::get(&__req[10..12])?;
+                    let _ = __req;
+                    let mut sum = __call.out::<u64>(24, 0);
+                    let mut signed_sum = __call.out::<i64>(24, 8);
+                    let mut half = __call.out::<f32>(24, 16);
+                    __svc.widen(a, b, c, d, e, &mut sum, &mut signed_sum, &mut half);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         10 => {
             #[inline(never)]
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(65544);
-                    let _ = req;
-                    let mut data = call
-                        .inout_from::<srpc::BSeq<u8, 65536>>(65544, 0, &req[0..65540])?;
-                    svc.blob(&mut data);
+                    let __req = __call.request(65544);
+                    let _ = __req;
+                    let mut data = __call
+                        .inout_from::<
+                            ::srpc::BSeq<u8, 65536>,
+                        >(65544, 0, &__req[0..65540])?;
+                    __svc.blob(&mut data);
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
         11 => {
-            fn run<S: EveryServer + ?Sized>(
-                svc: &mut S,
-                call: &srpc::Incoming<'_>,
-            ) -> Result<(), srpc::Error> {
+            fn __run<__S: EveryServer + ?Sized>(
+                __svc: &mut __S,
+                __call: &::srpc::Incoming<'_>,
+            ) -> ::core::result::Result<(), ::srpc::Error> {
                 {
-                    let req = call.request(0);
-                    let _ = req;
-                    svc.die();
+                    let __req = __call.request(0);
+                    let _ = __req;
+                    __svc.die();
                 }
-                Ok(())
+                ::core::result::Result::Ok(())
             }
-            run(svc, call)
+            __run(__svc, __call)
         }
-        n => Err(srpc::Error::NoSuchProcedure(n)),
+        __n => ::core::result::Result::Err(::srpc::Error::NoSuchProcedure(__n)),
     }
 }

@@ -106,7 +106,7 @@ impl Context<'_> {
                 Num::Known(_) => num_lit.clone(),
                 ext => {
                     let e = ext.tokens(quote!(u32));
-                    quote!(p if p == #e)
+                    quote!(__p if __p == #e)
                 }
             };
             let doc = format!(" Procedure `{}` ({num}).", pr.name.name);
@@ -128,25 +128,28 @@ impl Context<'_> {
                 #[doc = #doc]
                 fn #method(&self, #(#arg_ids: #arg_tys),*) #ret;
             });
+            // Bytes after the arguments are ignored, as libtirpc's svc_getargs ignores them.
             let decode = match arg_ids.len() {
                 0 => quote!(),
                 1 => {
                     let a = &arg_ids[0];
                     let t = &arg_tys[0];
                     quote! {
-                        let #a: #t = ::rpc::xdr::from_bytes(args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
+                        let (#a, _): (#t, _) = ::rpc::xdr::take_from_bytes(__args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                     }
                 }
                 _ => quote! {
-                    let (#(#arg_ids,)*): (#(#arg_tys,)*) = ::rpc::xdr::from_bytes(args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
+                    let ((#(#arg_ids,)*), _): ((#(#arg_tys,)*), _) = ::rpc::xdr::take_from_bytes(__args).map_err(|_| ::rpc::server::DispatchError::GarbageArgs)?;
                 },
             };
             let encode = if pr.result == Ty::Void {
                 quote! { self.0.#method(#(#arg_ids),*); }
             } else {
                 quote! {
-                    let result: #result = self.0.#method(#(#arg_ids),*);
-                    ::rpc::xdr::to_writer(&mut *reply, &result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                    let __result: #result = self.0.#method(#(#arg_ids),*);
+                    let __start = __reply.len();
+                    ::rpc::xdr::to_writer(&mut *__reply, &__result).map_err(|_| ::rpc::server::DispatchError::SystemErr)?;
+                    ::rpc::xdr::drop_with_stack_for(__result, __reply.len() - __start);
                 }
             };
             dispatch_arms.push(quote! {
@@ -178,22 +181,22 @@ impl Context<'_> {
         let (prog, vers) = (u32_expr(prog), u32_expr(vers));
         Ok(quote! {
             #[doc = #client_doc]
-            pub struct #client<C: ::rpc::client::Call> {
+            pub struct #client<__C: ::rpc::client::Call> {
                 /// The underlying RPC client.
-                pub inner: C,
+                pub inner: __C,
             }
             #attrs
-            impl<C: ::rpc::client::Call> #client<C> {
+            impl<__C: ::rpc::client::Call> #client<__C> {
                 /// The program number.
                 pub const PROGRAM: u32 = #prog;
                 /// The version number.
                 pub const VERSION: u32 = #vers;
                 /// Wraps an RPC client.
-                pub fn new(inner: C) -> Self {
+                pub fn new(inner: __C) -> Self {
                     Self { inner }
                 }
                 /// Returns the underlying RPC client.
-                pub fn into_inner(self) -> C {
+                pub fn into_inner(self) -> __C {
                     self.inner
                 }
                 #(#client_methods)*
@@ -204,18 +207,18 @@ impl Context<'_> {
                 #(#server_methods)*
             }
             #[doc = #service_doc]
-            pub struct #service<S>(pub S);
+            pub struct #service<__S>(pub __S);
             #attrs
-            impl<S: #server> ::rpc::server::Service for #service<S> {
+            impl<__S: #server> ::rpc::server::Service for #service<__S> {
                 fn program(&self) -> u32 {
                     #prog
                 }
                 fn version(&self) -> u32 {
                     #vers
                 }
-                fn dispatch(&self, procedure: u32, args: &[u8], reply: &mut ::std::vec::Vec<u8>) -> ::core::result::Result<(), ::rpc::server::DispatchError> {
-                    let _ = (&args, &reply);
-                    match procedure {
+                fn dispatch(&self, __procedure: u32, __args: &[u8], __reply: &mut ::std::vec::Vec<u8>) -> ::core::result::Result<(), ::rpc::server::DispatchError> {
+                    let _ = (&__args, &__reply);
+                    match __procedure {
                         #(#dispatch_arms,)*
                         _ => ::core::result::Result::Err(::rpc::server::DispatchError::ProcUnavail),
                     }
@@ -232,7 +235,9 @@ fn serve_fn(p: &ProgramDef) -> TokenStream {
     let mut params = Vec::new();
     let mut services = Vec::new();
     for v in &p.versions {
-        let arg = rust_ident(&v.name.name.to_lowercase());
+        // Prefixed: a name of the input (`version calc_v1` is also a constant) would make the
+        // parameter a constant pattern.
+        let arg = format_ident!("__{}", v.name.name.to_lowercase());
         let server = format_ident!("{}Server", camel_case(&v.name.name));
         let service = format_ident!("{}Service", camel_case(&v.name.name));
         params.push(quote!(#arg: impl #server));
@@ -241,7 +246,9 @@ fn serve_fn(p: &ProgramDef) -> TokenStream {
     let doc = format!(
         " Serves every version of program `{}` on TCP and UDP (ephemeral ports on all \
          addresses) and registers each version on both with the local rpcbind, as rpcgen's \
-         generated server does. Shutting the server down (or dropping it) unregisters them.",
+         generated server does: whatever rpcbind had for these versions (say, from a server \
+         that was killed) is removed first (`pmap_unset`), then each is registered. Shutting \
+         the server down (or dropping it) unregisters them.",
         p.name.name
     );
     quote! {
@@ -253,6 +260,7 @@ fn serve_fn(p: &ProgramDef) -> TokenStream {
                 .listen_tcp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
                 .listen_udp(::std::net::SocketAddr::from(([0, 0, 0, 0], 0)))
                 .register(true)
+                .replace_registrations(true)
                 .start()
         }
     }

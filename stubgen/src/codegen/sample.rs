@@ -106,7 +106,7 @@ impl Context<'_> {
         spec: &Spec,
         stem: &str,
     ) -> Result<(TokenStream, TokenStream)> {
-        let module = rust_ident(stem);
+        let module = module_ident(stem);
         let path = format!("{stem}.rs");
         let mut impls = Vec::new();
         let mut calls = Vec::new();
@@ -236,4 +236,24 @@ pub(super) fn method_name(name: &str) -> String {
         m.push('_');
     }
     m
+}
+
+/// The module name under which a sample includes `<stem>.rs`: the stem with every character
+/// that cannot be in an identifier replaced by `_`, and `_` put before a leading digit
+/// (`my-proto` → `my_proto`, `9p` → `_9p`); the `#[path]` attribute keeps the file name.
+fn module_ident(stem: &str) -> proc_macro2::Ident {
+    let mut name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) || name == "_" {
+        name.insert(0, '_');
+    }
+    rust_ident(&name)
 }

@@ -204,7 +204,7 @@ impl<'a> Context<'a> {
                     let e = ext.tokens(quote!(i32));
                     variants.push(quote!(#v = #e));
                     arms.push(
-                        quote!(x if x == Self::#v as i32 => ::core::result::Result::Ok(Self::#v)),
+                        quote!(__x if __x == Self::#v as i32 => ::core::result::Result::Ok(Self::#v)),
                     );
                 }
             }
@@ -227,16 +227,16 @@ impl<'a> Context<'a> {
             pub enum #name { #(#variants,)* }
             #alias_impl
             impl ::rpc::serde::Serialize for #name {
-                fn serialize<S: ::rpc::serde::Serializer>(&self, serializer: S) -> ::core::result::Result<S::Ok, S::Error> {
-                    serializer.serialize_i32(*self as i32)
+                fn serialize<__S: ::rpc::serde::Serializer>(&self, __serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error> {
+                    __serializer.serialize_i32(*self as i32)
                 }
             }
             impl<'de> ::rpc::serde::Deserialize<'de> for #name {
-                fn deserialize<D: ::rpc::serde::Deserializer<'de>>(deserializer: D) -> ::core::result::Result<Self, D::Error> {
-                    let value = <i32 as ::rpc::serde::Deserialize>::deserialize(deserializer)?;
-                    match value {
+                fn deserialize<__D: ::rpc::serde::Deserializer<'de>>(__deserializer: __D) -> ::core::result::Result<Self, __D::Error> {
+                    let __value = <i32 as ::rpc::serde::Deserialize>::deserialize(__deserializer)?;
+                    match __value {
                         #(#arms,)*
-                        other => ::core::result::Result::Err(<D::Error as ::rpc::serde::de::Error>::custom(format_args!(#msg, other))),
+                        __other => ::core::result::Result::Err(<__D::Error as ::rpc::serde::de::Error>::custom(format_args!(#msg, __other))),
                     }
                 }
             }
@@ -337,17 +337,17 @@ impl<'a> Context<'a> {
                 Some(t) => {
                     variants.push(quote!(#v(#t)));
                     ser_arms.push(quote! {
-                        Self::#v(data) => {
-                            let mut t = serializer.serialize_tuple(2)?;
-                            t.serialize_element(&#d)?;
-                            t.serialize_element(data)?;
-                            t.end()
+                        Self::#v(__data) => {
+                            let mut __t = __serializer.serialize_tuple(2)?;
+                            __t.serialize_element(&#d)?;
+                            __t.serialize_element(__data)?;
+                            __t.end()
                         }
                     });
                     de_arms.push(quote! {
                         #p => {
-                            let data = seq.next_element()?.ok_or_else(|| <A::Error as ::rpc::serde::de::Error>::invalid_length(1, &self))?;
-                            ::core::result::Result::Ok(#name::#v(data))
+                            let __data = __seq.next_element()?.ok_or_else(|| <__A::Error as ::rpc::serde::de::Error>::invalid_length(1, &self))?;
+                            ::core::result::Result::Ok(#name::#v(__data))
                         }
                     });
                 }
@@ -355,9 +355,9 @@ impl<'a> Context<'a> {
                     variants.push(quote!(#v));
                     ser_arms.push(quote! {
                         Self::#v => {
-                            let mut t = serializer.serialize_tuple(1)?;
-                            t.serialize_element(&#d)?;
-                            t.end()
+                            let mut __t = __serializer.serialize_tuple(1)?;
+                            __t.serialize_element(&#d)?;
+                            __t.end()
                         }
                     });
                     de_arms.push(quote! {
@@ -371,37 +371,37 @@ impl<'a> Context<'a> {
                 let t = self.rust_ty(&decl.ty)?;
                 variants.push(quote!(#default_variant(#disc_ty, #t)));
                 ser_arms.push(quote! {
-                    Self::#default_variant(disc, data) => {
-                        let mut t = serializer.serialize_tuple(2)?;
-                        t.serialize_element(disc)?;
-                        t.serialize_element(data)?;
-                        t.end()
+                    Self::#default_variant(__disc, __data) => {
+                        let mut __t = __serializer.serialize_tuple(2)?;
+                        __t.serialize_element(__disc)?;
+                        __t.serialize_element(__data)?;
+                        __t.end()
                     }
                 });
                 de_arms.push(quote! {
-                    other => {
-                        let data = seq.next_element()?.ok_or_else(|| <A::Error as ::rpc::serde::de::Error>::invalid_length(1, &self))?;
-                        ::core::result::Result::Ok(#name::#default_variant(other, data))
+                    __other => {
+                        let __data = __seq.next_element()?.ok_or_else(|| <__A::Error as ::rpc::serde::de::Error>::invalid_length(1, &self))?;
+                        ::core::result::Result::Ok(#name::#default_variant(__other, __data))
                     }
                 });
             }
             Some(_) => {
                 variants.push(quote!(#default_variant(#disc_ty)));
                 ser_arms.push(quote! {
-                    Self::#default_variant(disc) => {
-                        let mut t = serializer.serialize_tuple(1)?;
-                        t.serialize_element(disc)?;
-                        t.end()
+                    Self::#default_variant(__disc) => {
+                        let mut __t = __serializer.serialize_tuple(1)?;
+                        __t.serialize_element(__disc)?;
+                        __t.end()
                     }
                 });
                 de_arms.push(quote! {
-                    other => ::core::result::Result::Ok(#name::#default_variant(other))
+                    __other => ::core::result::Result::Ok(#name::#default_variant(__other))
                 });
             }
             None => {
                 let msg = format!("invalid discriminant {{:?}} for union {}", u.name.name);
                 de_arms.push(quote! {
-                    other => ::core::result::Result::Err(<A::Error as ::rpc::serde::de::Error>::custom(format_args!(#msg, other)))
+                    __other => ::core::result::Result::Err(<__A::Error as ::rpc::serde::de::Error>::custom(format_args!(#msg, __other)))
                 });
             }
         }
@@ -414,26 +414,26 @@ impl<'a> Context<'a> {
             #attrs
             pub enum #name { #(#variants,)* }
             impl ::rpc::serde::Serialize for #name {
-                fn serialize<S: ::rpc::serde::Serializer>(&self, serializer: S) -> ::core::result::Result<S::Ok, S::Error> {
+                fn serialize<__S: ::rpc::serde::Serializer>(&self, __serializer: __S) -> ::core::result::Result<__S::Ok, __S::Error> {
                     use ::rpc::serde::ser::SerializeTuple as _;
                     match self { #(#ser_arms)* }
                 }
             }
             impl<'de> ::rpc::serde::Deserialize<'de> for #name {
-                fn deserialize<D: ::rpc::serde::Deserializer<'de>>(deserializer: D) -> ::core::result::Result<Self, D::Error> {
+                fn deserialize<__D: ::rpc::serde::Deserializer<'de>>(__deserializer: __D) -> ::core::result::Result<Self, __D::Error> {
                     struct __Visitor;
                     impl<'de> ::rpc::serde::de::Visitor<'de> for __Visitor {
                         type Value = #name;
-                        fn expecting(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                            f.write_str(#expecting)
+                        fn expecting(&self, __f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                            __f.write_str(#expecting)
                         }
                         #[allow(unreachable_patterns)]
-                        fn visit_seq<A: ::rpc::serde::de::SeqAccess<'de>>(self, mut seq: A) -> ::core::result::Result<#name, A::Error> {
-                            let disc: #disc_ty = seq.next_element()?.ok_or_else(|| <A::Error as ::rpc::serde::de::Error>::invalid_length(0, &self))?;
-                            match disc { #(#de_arms,)* }
+                        fn visit_seq<__A: ::rpc::serde::de::SeqAccess<'de>>(self, mut __seq: __A) -> ::core::result::Result<#name, __A::Error> {
+                            let __disc: #disc_ty = __seq.next_element()?.ok_or_else(|| <__A::Error as ::rpc::serde::de::Error>::invalid_length(0, &self))?;
+                            match __disc { #(#de_arms,)* }
                         }
                     }
-                    deserializer.deserialize_tuple(2, __Visitor)
+                    __deserializer.deserialize_tuple(2, __Visitor)
                 }
             }
         })

@@ -19,7 +19,13 @@ struct Ctx<'a> {
     types: BTreeMap<String, (Type, bool)>,
     /// (size, align) of named types, computed once.
     layouts: BTreeMap<String, (u64, u64)>,
+    /// Current recursion depth of [`Ctx::layout`] (named types within named types).
+    depth: usize,
 }
+
+/// How deep types may be nested, named types (a typedef of a typedef, a struct in a struct)
+/// and `sequence<...>` together: deeper input is refused rather than overflowing the stack.
+const MAX_LAYOUT_DEPTH: usize = 256;
 
 fn round_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
@@ -43,6 +49,19 @@ impl<'a> Ctx<'a> {
 
     /// (size, alignment) of `t`; `stack` detects recursive definitions.
     fn layout(&mut self, t: &Type, stack: &mut Vec<String>) -> Result<(u64, u64)> {
+        if self.depth >= MAX_LAYOUT_DEPTH {
+            return Err(self.err(
+                type_at(t),
+                format!("types nested more than {MAX_LAYOUT_DEPTH} levels deep"),
+            ));
+        }
+        self.depth += 1;
+        let r = self.layout_inner(t, stack);
+        self.depth -= 1;
+        r
+    }
+
+    fn layout_inner(&mut self, t: &Type, stack: &mut Vec<String>) -> Result<(u64, u64)> {
         let too_big = |s: u64| s > MAX_AREA;
         let r = match t {
             Type::Prim(p) => match p {
@@ -141,12 +160,12 @@ impl<'a> Ctx<'a> {
             },
             Type::String(n) => {
                 let n = Literal::usize_unsuffixed(self.size(n)? as usize);
-                quote!(srpc::BString<#n>)
+                quote!(::srpc::BString<#n>)
             }
             Type::Sequence(e, n) => {
                 let n = Literal::usize_unsuffixed(self.size(n)? as usize);
                 let e = self.rust_type(e)?;
-                quote!(srpc::BSeq<#e, #n>)
+                quote!(::srpc::BSeq<#e, #n>)
             }
             Type::Array(e, n) => {
                 let n = Literal::usize_unsuffixed(self.size(n)? as usize);
@@ -219,6 +238,7 @@ pub fn generate(file_name: &str, text: &str, idl: &IdlFile) -> Result<String> {
         consts: BTreeMap::new(),
         types: BTreeMap::new(),
         layouts: BTreeMap::new(),
+        depth: 0,
     };
     STRUCTS.with(|s| s.borrow_mut().clear());
     // Names first: everything may refer to anything defined in the file.
@@ -290,27 +310,27 @@ pub fn generate(file_name: &str, text: &str, idl: &IdlFile) -> Result<String> {
                     let (a, b) = (lit(off), lit(off + fs));
                     let fsl = lit(fs);
                     decl.push(quote!(pub #fname: #t));
-                    puts.push(quote!(srpc::Wire::put(&self.#fname, &mut b[#a..#b])?;));
-                    gets.push(quote!(#fname: srpc::Wire::get(&b[#a..#b])?));
+                    puts.push(quote!(::srpc::Wire::put(&self.#fname, &mut __b[#a..#b])?;));
+                    gets.push(quote!(#fname: ::srpc::Wire::get(&__b[#a..#b])?));
                     checks.push(quote!(
-                        const _: () = assert!(<#t as srpc::Wire>::SIZE == #fsl);
+                        const _: () = assert!(<#t as ::srpc::Wire>::SIZE == #fsl);
                     ));
                 }
                 let (s, a) = (lit(size), lit(align));
                 out.extend(quote! {
                     #[derive(Clone, Debug, PartialEq)]
                     pub struct #n { #(#decl,)* }
-                    impl srpc::Wire for #n {
+                    impl ::srpc::Wire for #n {
                         const SIZE: usize = #s;
                         const ALIGN: usize = #a;
-                        fn put(&self, b: &mut [u8]) -> Result<(), srpc::Error> {
+                        fn put(&self, __b: &mut [u8]) -> ::core::result::Result<(), ::srpc::Error> {
                             #(#puts)*
-                            let _ = b;
-                            Ok(())
+                            let _ = __b;
+                            ::core::result::Result::Ok(())
                         }
-                        fn get(b: &[u8]) -> Result<Self, srpc::Error> {
-                            let _ = b;
-                            Ok(#n { #(#gets,)* })
+                        fn get(__b: &[u8]) -> ::core::result::Result<Self, ::srpc::Error> {
+                            let _ = __b;
+                            ::core::result::Result::Ok(#n { #(#gets,)* })
                         }
                     }
                     #(#checks)*
@@ -348,6 +368,9 @@ fn block(cx: &mut Ctx<'_>, params: &[&Param]) -> Result<(Vec<(u64, u64)>, u64)> 
     }
     Ok((v, size))
 }
+
+/// Methods every client stub has besides one per procedure.
+const CLIENT_METHODS: &[&str] = &["bind", "binding"];
 
 fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<TokenStream> {
     if procs.is_empty() {
@@ -416,6 +439,15 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
     for p in &ps {
         let pr = p.proc_;
         let f = format_ident!("{}", pr.name);
+        // The stub's own methods keep their names: a procedure named like one is called
+        // through the same name with `_` appended (as rpcgen renames clashing arguments).
+        let mut method = pr.name.clone();
+        while CLIENT_METHODS.contains(&method.as_str())
+            || (method != pr.name && names.contains(&method))
+        {
+            method.push('_');
+        }
+        let method = format_ident!("{}", method);
         let num = Literal::u32_unsuffixed(pr.number as u32);
         let (rqs, rps) = (lit(p.req.1), lit(p.rep.1));
         let pname = pr.name.as_str();
@@ -435,7 +467,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         for (q, (off, size)) in p.ins.iter().zip(&p.req.0) {
             let n = format_ident!("{}", q.name);
             let (a, b) = (lit(*off), lit(off + size));
-            puts.push(quote!(srpc::Wire::put(&*#n, &mut req[#a..#b])?;));
+            puts.push(quote!(::srpc::Wire::put(&*#n, &mut __req[#a..#b])?;));
         }
         for (q, (off, size)) in p.outs.iter().zip(&p.rep.0) {
             let n = format_ident!("{}", q.name);
@@ -458,9 +490,9 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
             }
             _ => quote! {
                 {
-                    let req = self.binding.request(#rqs);
+                    let __req = self.binding.request(#rqs);
                     #(#puts)*
-                    let _ = req;
+                    let _ = __req;
                 }
                 self.binding.call_raw(#num, #rqs, #rps)?;
             },
@@ -468,10 +500,10 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         client_fns.push(quote! {
             #[doc = #doc]
             #many
-            pub fn #f(&mut self, #(#args),*) -> Result<(), srpc::Error> {
+            pub fn #method(&mut self, #(#args),*) -> ::core::result::Result<(), ::srpc::Error> {
                 #send
                 #(#gets)*
-                Ok(())
+                ::core::result::Result::Ok(())
             }
         });
         // Server trait and dispatcher.
@@ -496,11 +528,11 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
                     call_args.push(quote!(#n));
                 }
                 Dir::Out => {
-                    targs.push(quote!(#n: &mut srpc::Out<'_, #t>));
+                    targs.push(quote!(#n: &mut ::srpc::Out<'_, #t>));
                     call_args.push(quote!(&mut #n));
                 }
                 Dir::InOut => {
-                    targs.push(quote!(#n: &mut srpc::InOut<'_, #t>));
+                    targs.push(quote!(#n: &mut ::srpc::InOut<'_, #t>));
                     call_args.push(quote!(&mut #n));
                 }
             }
@@ -513,7 +545,7 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
                 (lit(off), lit(off + size))
             };
             if q.dir == Dir::In {
-                decode.push(quote!(let #n: #t = srpc::Wire::get(&req[#in_a..#in_b])?;));
+                decode.push(quote!(let #n: #t = ::srpc::Wire::get(&__req[#in_a..#in_b])?;));
             }
             if q.dir != Dir::In {
                 let (off, _) = out_pos
@@ -523,8 +555,8 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
                     .unwrap_or((0, 0));
                 let o = lit(off);
                 make.push(match q.dir {
-                    Dir::Out => quote!(let mut #n = call.out::<#t>(#rps, #o);),
-                    _ => quote!(let mut #n = call.inout_from::<#t>(#rps, #o, &req[#in_a..#in_b])?;),
+                    Dir::Out => quote!(let mut #n = __call.out::<#t>(#rps, #o);),
+                    _ => quote!(let mut #n = __call.inout_from::<#t>(#rps, #o, &__req[#in_a..#in_b])?;),
                 });
             }
         }
@@ -545,24 +577,24 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
         arms.push(quote! {
             #num => {
                 #inline
-                fn run<S: #server + ?Sized>(svc: &mut S, call: &srpc::Incoming<'_>) -> Result<(), srpc::Error> {
+                fn __run<__S: #server + ?Sized>(__svc: &mut __S, __call: &::srpc::Incoming<'_>) -> ::core::result::Result<(), ::srpc::Error> {
                     {
-                        let req = call.request(#rqs);
+                        let __req = __call.request(#rqs);
                         #(#decode)*
-                        let _ = req;
+                        let _ = __req;
                         #(#make)*
-                        svc.#f(#(#call_args),*);
+                        __svc.#f(#(#call_args),*);
                     }
-                    Ok(())
+                    ::core::result::Result::Ok(())
                 }
-                run(svc, call)
+                __run(__svc, __call)
             }
         });
     }
     let cdoc = format!(" The client stub of interface `{name}`.");
     let sdoc = format!(" The procedures of interface `{name}`, implemented by a server.");
     let ddoc = format!(
-        " Runs the procedure of `call` on `svc` (interface `{name}`): arguments are read from the binding's receive buffer, results written into the reply as the procedure sets them."
+        " Runs the procedure of `__call` on `__svc` (interface `{name}`): arguments are read from the binding's receive buffer, results written into the reply as the procedure sets them."
     );
     let ldoc = format!(" The binding layout of interface `{name}`.");
     let pdoc =
@@ -571,27 +603,27 @@ fn interface(cx: &mut Ctx<'_>, name: &str, procs: &[Proc], at: usize) -> Result<
     let _ = iface;
     Ok(quote! {
         #[doc = #ldoc]
-        pub const #layout: srpc::Layout = srpc::Layout { request: #ra, reply: #pa, interface: #id };
+        pub const #layout: ::srpc::Layout = ::srpc::Layout { request: #ra, reply: #pa, interface: #id };
         #[doc = #pdoc]
         pub const #procs_const: &[(u32, &str, usize, usize)] = &[#(#table),*];
         #[doc = #cdoc]
-        pub struct #client { binding: srpc::ClientBinding }
+        pub struct #client { binding: ::srpc::ClientBinding }
         impl #client {
-            /// Binds to the server process of rank `server` (which accepts with the same layout) over `mode`.
-            pub fn bind(ep: &srpc::Endpoint, server: usize, mode: srpc::Mode) -> Result<Self, srpc::Error> {
-                Ok(#client { binding: srpc::ClientBinding::bind(ep, server, #layout, mode)? })
+            /// Binds to the server process of rank `__server` (which accepts with the same layout) over `__mode`.
+            pub fn bind(__ep: &::srpc::Endpoint, __server: usize, __mode: ::srpc::Mode) -> ::core::result::Result<Self, ::srpc::Error> {
+                ::core::result::Result::Ok(#client { binding: ::srpc::ClientBinding::bind(__ep, __server, #layout, __mode)? })
             }
             /// The binding (to make raw calls, or to look at its mode).
-            pub fn binding(&mut self) -> &mut srpc::ClientBinding { &mut self.binding }
+            pub fn binding(&mut self) -> &mut ::srpc::ClientBinding { &mut self.binding }
             #(#client_fns)*
         }
         #[doc = #sdoc]
         pub trait #server { #(#trait_fns)* }
         #[doc = #ddoc]
-        pub fn #dispatch<S: #server + ?Sized>(svc: &mut S, call: &srpc::Incoming<'_>) -> Result<(), srpc::Error> {
-            match call.procedure() {
+        pub fn #dispatch<__S: #server + ?Sized>(__svc: &mut __S, __call: &::srpc::Incoming<'_>) -> ::core::result::Result<(), ::srpc::Error> {
+            match __call.procedure() {
                 #(#arms)*
-                n => Err(srpc::Error::NoSuchProcedure(n)),
+                __n => ::core::result::Result::Err(::srpc::Error::NoSuchProcedure(__n)),
             }
         }
     })

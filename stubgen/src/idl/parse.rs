@@ -166,6 +166,10 @@ fn pos(full: &str, rest: &str) -> usize {
     full.len() - rest.len()
 }
 
+/// How many `sequence<...>` a type may be nested in: deeper input is refused with an error
+/// rather than recursing until the stack overflows.
+pub const MAX_TYPE_NESTING: usize = 64;
+
 struct P<'f> {
     full: &'f str,
 }
@@ -189,6 +193,14 @@ impl<'f> P<'f> {
     }
 
     fn ty<'a>(&self, i: &'a str) -> R<'a, Type>
+    where
+        'f: 'a,
+    {
+        self.ty_nested(i, 0)
+    }
+
+    /// A type inside `depth` enclosing `sequence<...>`s.
+    fn ty_nested<'a>(&self, i: &'a str, depth: usize) -> R<'a, Type>
     where
         'f: 'a,
     {
@@ -216,8 +228,14 @@ impl<'f> P<'f> {
                 Ok((rest, Type::String(n)))
             }
             "sequence" => {
+                if depth >= MAX_TYPE_NESTING {
+                    return Err(nom::Err::Failure(PErr {
+                        at: start.trim_start(),
+                        what: format!("types nested more than {MAX_TYPE_NESTING} levels deep"),
+                    }));
+                }
                 let (rest, _) = cut(expect("`<` after `sequence`", sym("<")))(rest)?;
-                let (rest, t) = cut(|i| self.ty(i))(rest)?;
+                let (rest, t) = cut(|i| self.ty_nested(i, depth + 1))(rest)?;
                 let (rest, n) = cut(preceded(
                     expect("`,` and a bound", sym(",")),
                     expect("a bound", |i| self.size(i)),
