@@ -157,6 +157,8 @@ struct Peer {
     credit_pending: Vec<u32>,
     /// What we last told the peer about wanting notifications.
     want_sent: bool,
+    /// The peer said it is finishing ([`K_BYE`]): it receives nothing more.
+    finishing: bool,
 }
 
 enum St {
@@ -188,6 +190,10 @@ struct Req {
     /// A blocking receive: its caller waits in the library until it completes, so it can
     /// read its part of a receiver-assisted transfer at once ([`F_PULL`]).
     blocking: bool,
+    /// Memory of the library's, exported in place of the receive's own when that could not be
+    /// exported (it overlaps the memory of another receive in flight): the data is copied
+    /// from it when the sender is done.
+    bounce: Option<Vec<u8>>,
 }
 
 struct LargeSend {
@@ -275,6 +281,12 @@ pub(crate) struct State {
     pub lent: u64,
     /// The peer whose message the last direct receive took ([`State::take_direct`]).
     direct_last: usize,
+    /// The last step of a wait did work (copied part of a safe copy): the wait's next turn
+    /// follows at once, not as an idle turn that may sleep.
+    worked: bool,
+    /// The last step of a wait must look again within this time, though nothing rings the
+    /// bell when it passes (a deadline of the step's own): the wait sleeps no longer.
+    look_within: Option<std::time::Duration>,
 }
 
 /// Receive memory kept exported for a sender (seed 003: "if it hasn't done so already, the
@@ -321,9 +333,23 @@ pub(crate) fn in_handler() -> bool {
     IN_HANDLER.with(|c| c.get())
 }
 
+/// Request ids are below this: they fit NX's 32-bit INTEGER (Fortran), beside ids a C
+/// library may give from here on (`msgmerge`). They are used again after `MID_LIMIT - 1`
+/// requests, skipping those still in use.
+pub const MID_LIMIT: Mid = 1 << 30;
+
 fn next_mid(st: &mut State) -> Mid {
-    st.next_mid += 1;
-    st.next_mid
+    loop {
+        st.next_mid = if st.next_mid + 1 >= MID_LIMIT {
+            1
+        } else {
+            st.next_mid + 1
+        };
+        let m = st.next_mid;
+        if !st.reqs.contains_key(&m) && !st.send_handlers.contains_key(&m) {
+            return m;
+        }
+    }
 }
 
 impl Core {
@@ -381,6 +407,8 @@ impl Core {
                 pulled: 0,
                 lent: 0,
                 direct_last: 0,
+                worked: false,
+                look_within: None,
             }),
         });
         let mut inbufs = Vec::with_capacity(n);
@@ -433,6 +461,7 @@ impl Core {
                 credits_sent: 0,
                 credit_pending: Vec::with_capacity(lay.slots),
                 want_sent: false,
+                finishing: false,
             }));
         }
         core.lock().peers = peers;
@@ -554,7 +583,7 @@ impl Core {
                 wait.idle();
                 continue;
             }
-            let r = {
+            let (r, worked) = {
                 let mut st = self.lock();
                 if let Some(v) = fast(&mut st)? {
                     drop(st);
@@ -568,7 +597,10 @@ impl Core {
                     // Idle: the credits of consumed messages go back now.
                     st.flush_credits()?;
                 }
-                r
+                if let Some(t) = st.look_within.take() {
+                    wait = wait.timeout(Some(t));
+                }
+                (r, std::mem::take(&mut st.worked))
             };
             self.run_ready();
             if let Some(v) = r? {
@@ -586,6 +618,13 @@ impl Core {
                     }
                     return Err(NxError::PeerLost { node, what });
                 }
+            }
+            if worked {
+                // A busy turn, not an idle one: the wait starts again from its spin, so that
+                // a long copy made a page a turn is not slowed by the sleeps of a wait that
+                // has lasted long (nothing rings the bell when a copy is done).
+                wait = vmmc::wait::Wait::new(&WAIT_SITE);
+                continue;
             }
             // Senders' deliberate and automatic updates ring this process's bell; so does the
             // handler thread after running handlers.
@@ -626,21 +665,34 @@ impl Core {
     }
 
     /// Leaves cleanly: completes the zero-copy sends still waiting for their receivers and
-    /// the messages still queued for packet buffers (while their receivers live).
+    /// the messages still queued for packet buffers, while their receivers live and are not
+    /// finishing themselves. It tells every peer first that it is finishing ([`K_BYE`]):
+    /// NX discards the messages a process did not receive when it leaves, so two processes
+    /// that leave with unreceived messages for each other do not wait for each other.
     pub fn finish(&self) -> Result<()> {
+        {
+            let mut st = self.lock();
+            for p in (0..self.n).filter(|&p| p != self.me) {
+                let bye = Hdr {
+                    kind: K_BYE,
+                    ..Hdr::default()
+                };
+                // Best effort: a peer that is gone needs no word.
+                let _ = st.send_or_queue(p, bye, &[]);
+            }
+        }
         loop {
             let pending = {
                 let mut st = self.lock();
                 st.progress(false)?;
+                st.discard_for_finishing();
                 let mut pending = None;
                 for ls in st.large.values() {
                     pending = Some(ls.dest);
                 }
-                for (p, peer) in st.peers.iter().enumerate() {
-                    if let Some(peer) = peer {
-                        if !peer.queue.is_empty() {
-                            pending = Some(p);
-                        }
+                for p in 0..st.n {
+                    if st.queue_busy(p) {
+                        pending = Some(p);
                     }
                 }
                 pending
@@ -649,8 +701,13 @@ impl Core {
                 return Ok(());
             };
             match self.wait("finishing", Some(p), |st| {
-                let busy = st.large.values().any(|l| l.dest == p)
-                    || st.peers[p].as_ref().is_some_and(|x| !x.queue.is_empty());
+                st.discard_for_finishing();
+                if st.queue_busy(p) {
+                    // The receiver may be computing: it takes the messages out of its
+                    // packet buffers when told, so that the queue goes.
+                    st.out_of_buffers(p)?;
+                }
+                let busy = st.large.values().any(|l| l.dest == p) || st.queue_busy(p);
                 Ok((!busy).then_some(()))
             }) {
                 Ok(()) => {}
@@ -808,6 +865,10 @@ impl State {
                 K_PULLED => {
                     self.free_slot(p, slot)?;
                     self.on_pulled(p, h.id);
+                }
+                K_BYE => {
+                    self.free_slot(p, slot)?;
+                    self.peer(p).finishing = true;
                 }
                 k => return Err(vmmc::Error::Protocol(format!("descriptor kind {k}")).into()),
             }
@@ -1158,7 +1219,33 @@ impl State {
         let from = safe.len();
         let to = (from + COPY_CHUNK).min(len);
         safe.extend_from_slice(&ls.data.bytes()[from..to]);
+        self.worked = true;
         to == len
+    }
+
+    /// Asks the wait this step runs in to look again within `t` (it sleeps no longer).
+    pub fn look_within(&mut self, t: std::time::Duration) {
+        self.look_within = Some(t);
+    }
+
+    /// A blocking zero-copy send whose call failed for a reason of its own or not (an error
+    /// of an earlier call, reported now): while its receiver lives and does not read the
+    /// user's memory, it goes on from a complete safe copy, with its reply notified, as
+    /// when the call returns from its safe copy; else it is forgotten (its receiver's
+    /// receive fails when it replies).
+    pub fn large_after_error(&mut self, id: u32, e: &NxError) {
+        let Some(ls) = self.large.get(&id) else {
+            return;
+        };
+        let lost = matches!(e, NxError::PeerLost { node, .. } if *node == ls.dest);
+        if lost || ls.pulling.is_some() || ls.owned.is_some() {
+            self.forget_large(id);
+            return;
+        }
+        self.make_safe(id);
+        if self.want_reply_notice(id).is_err() {
+            self.forget_large(id);
+        }
     }
 
     /// Makes a waiting zero-copy send independent of the user's memory (msgcancel).
@@ -1179,7 +1266,15 @@ impl State {
     /// flagged [`F_FAILED`], so that its receive fails too instead of waiting for ever.
     fn on_reply(&mut self, p: usize, h: &Hdr) -> Result<()> {
         let Some(ls) = self.large.remove(&h.id) else {
-            // A send forgotten after it failed: nobody waits for its data.
+            // A send forgotten after it failed: no data will come. The receiver waits for
+            // it: its receive fails (best effort: it may be gone).
+            let failed = Hdr {
+                kind: K_DONE | F_FAILED,
+                id: h.id,
+                buf: h.buf,
+                ..Hdr::default()
+            };
+            let _ = self.send_or_queue(p, failed, &[]);
             return Ok(());
         };
         let mid = ls.mid;
@@ -1426,6 +1521,9 @@ impl State {
         }
         let n = h.n as usize;
         let n4 = n & !3;
+        if let Some(b) = &r.bounce {
+            r.buf.write(0, &b[..n4.min(b.len())]);
+        }
         r.buf.write(n4, &h.tail[..n - n4]);
         let info = r.info;
         let err = info.and_then(|i| too_long(i.count, r.buf.len()));
@@ -1584,21 +1682,43 @@ impl State {
             }
             Body::Scout { id, notify } => {
                 let n = a.len.min(buf.len());
-                let blocking = self.cfg.pull && self.reqs.get(&mid).is_some_and(|r| r.blocking);
-                let mut reply = Hdr {
+                let mut blocking = self.cfg.pull && self.reqs.get(&mid).is_some_and(|r| r.blocking);
+                let exported = if n & !3 == 0 {
+                    // Nothing worth a transfer: the bytes come in the done message.
+                    self.export_for(a.src, buf, n, true).map(|b| (b, false))
+                } else {
+                    self.export_recv(a.src, mid, buf, n)
+                };
+                let reply_buf = match exported {
+                    Ok((b, bounced)) => {
+                        // The sender writes into the bounce memory: no reads into `buf`.
+                        blocking &= !bounced;
+                        b
+                    }
+                    Err(e) => {
+                        // No memory to take the data: the receive fails, and the reply
+                        // takes no bytes, so that the sender's transfer ends (as if the
+                        // receive were cancelled) instead of waiting for ever.
+                        self.complete(mid, Some(info), Some(e));
+                        let b = self.export_for(a.src, buf, 0, true)?;
+                        let reply = Hdr {
+                            kind: K_REPLY | if notify { F_NOTIFY } else { 0 },
+                            id,
+                            buf: b,
+                            ..Hdr::default()
+                        };
+                        return self.send_or_queue(a.src, reply, &[]);
+                    }
+                };
+                let reply = Hdr {
                     kind: K_REPLY
                         | if notify { F_NOTIFY } else { 0 }
                         | if blocking { F_PULL } else { 0 },
                     id,
                     n: n as u64,
+                    buf: reply_buf,
                     ..Hdr::default()
                 };
-                if n & !3 == 0 {
-                    // Nothing worth a transfer: the bytes come in the done message.
-                    reply.buf = self.export_for(a.src, buf, n, true)?;
-                } else {
-                    reply.buf = self.export_for(a.src, buf, n, false)?;
-                }
                 if let Some(r) = self.reqs.get_mut(&mid) {
                     r.info = Some(info);
                     r.state = St::AwaitData {
@@ -1613,6 +1733,34 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Exports the memory of zero-copy receive `mid` for `src` to take `n` bytes: the first
+    /// `n` bytes of `buf`, or, where those cannot be exported (they overlap the exported
+    /// memory of another receive in flight), memory of the library's that the data is copied
+    /// from when it is in place (`true`).
+    fn export_recv(
+        &mut self,
+        src: usize,
+        mid: Mid,
+        buf: UserBuf,
+        n: usize,
+    ) -> Result<(BufId, bool)> {
+        if let Ok(b) = self.export_for(src, buf, n, false) {
+            return Ok((b, false));
+        }
+        let mut bounce = vec![0u8; n & !3];
+        let id = self.export_for(src, buf, 0, true)?;
+        let proc = self.peer(src).proc;
+        // Not cached: it is unexported when the data is in place or the receive cancelled,
+        // before the memory is dropped with its request.
+        let region = UserBuf::lent_mut(&mut bounce).region();
+        self.ep
+            .export(id, &region, ExportOptions::new().importers([proc]))?;
+        if let Some(r) = self.reqs.get_mut(&mid) {
+            r.bounce = Some(bounce);
+        }
+        Ok((id, true))
     }
 
     /// Exports the first `n` bytes of `buf` for `src` (or only reserves an id, `id_only`).
@@ -1659,7 +1807,16 @@ impl State {
                     }
                 }
                 self.exported = keep;
-                self.ep.export(id, &region, opts)?;
+                match self.ep.export(id, &region, opts.clone()) {
+                    Ok(()) => {}
+                    // It overlaps memory of a receive in flight: what this receive takes, not
+                    // cached (the cache's entries are whole buffers).
+                    Err(vmmc::Error::Overlap(_)) if n < len => {
+                        self.ep.export(id, &buf.prefix(n).region(), opts)?;
+                        return Ok(id);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -1740,9 +1897,18 @@ impl State {
             if let Some(f) = r.handler.take() {
                 self.handlers_posted -= 1;
                 self.want_known = false;
-                if let Some(info) = info {
-                    self.ready.push((f, info, r.owned.take()));
-                    self.has_ready.store(true, Ordering::Release);
+                match (err, info) {
+                    // A failed handler receive (a message too long for its buffer, a sender
+                    // that could not write the data): its handler does not run, and nobody
+                    // waits for the receive: the error shows at the process's next call.
+                    (Some(e), _) => {
+                        self.deferred.get_or_insert(e);
+                    }
+                    (None, Some(info)) => {
+                        self.ready.push((f, info, r.owned.take()));
+                        self.has_ready.store(true, Ordering::Release);
+                    }
+                    (None, None) => {}
                 }
             }
             return;
@@ -1770,6 +1936,7 @@ impl State {
                 sel,
                 buf,
                 owned,
+                bounce: None,
                 handler,
                 state: St::Posted,
                 info: None,
@@ -1811,6 +1978,7 @@ impl State {
                 info: None,
                 ignored: false,
                 blocking: false,
+                bounce: None,
             },
         );
         mid
@@ -1954,6 +2122,37 @@ impl State {
     fn revoke(&mut self, buf: BufId) {
         self.exported.retain(|e| e.buf != buf);
         let _ = self.ep.unexport(buf);
+    }
+
+    /// Whether messages for `p` wait for its packet buffers (a word that this process is
+    /// finishing, [`K_BYE`], alone does not keep it waiting).
+    fn queue_busy(&self, p: usize) -> bool {
+        self.peers[p]
+            .as_ref()
+            .is_some_and(|x| x.queue.iter().any(|o| o.hdr.kind != K_BYE))
+    }
+
+    /// While this process finishes: drops the messages for peers that are finishing too
+    /// (they receive nothing more), zero-copy sends and queued messages alike. The words of
+    /// the protocol queued for them stay: their own sends may wait for those.
+    fn discard_for_finishing(&mut self) {
+        for p in 0..self.n {
+            if !self.peers[p].as_ref().is_some_and(|x| x.finishing) {
+                continue;
+            }
+            let ids: Vec<u32> = self
+                .large
+                .iter()
+                .filter(|(_, l)| l.dest == p)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                self.forget_large(id);
+            }
+            self.peer(p)
+                .queue
+                .retain(|o| !matches!(o.hdr.kind & !FLAGS, K_MSG | K_SCOUT));
+        }
     }
 
     /// Whether a word that a sender waits for ([`K_PULLED`]) waits in the queue towards `p`.

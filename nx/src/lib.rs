@@ -45,7 +45,7 @@ mod usermem;
 mod wire;
 
 pub use crate::config::{Config, SmallPath, AUTO_MAX, AUTO_MIN, PACKET_BUDGET, PULL_MIN};
-pub use crate::core::Mid;
+pub use crate::core::{Mid, MID_LIMIT};
 pub use crate::error::{error_str, NxError, Result};
 
 use crate::core::{Core, HandlerFn, Quick, Sel};
@@ -120,7 +120,8 @@ fn check_ptype(p: i64) -> Result<()> {
 ///
 /// Every call takes `&self`; the library locks its state inside, so an `Nx` may be shared
 /// with handler functions (through an `Arc`). Dropping it finishes the zero-copy sends still
-/// waiting for their receivers (while those live).
+/// waiting for their receivers (while those live and are not leaving NX themselves: NX
+/// discards the messages a process did not receive when it leaves).
 pub struct Nx {
     core: Arc<Core>,
 }
@@ -292,13 +293,15 @@ impl Nx {
                 (at - start).max(REPLY_GRACE_NS)
             };
             if now - at < grace {
+                // Nothing rings the bell when the grace ends: the wait must not sleep past it.
+                st.look_within(std::time::Duration::from_nanos(grace - (now - at)));
                 return Ok(None);
             }
             st.want_reply_notice(id)?;
             Ok(Some(()))
         });
-        if r.is_err() {
-            self.core.lock().forget_large(id);
+        if let Err(e) = &r {
+            self.core.lock().large_after_error(id, e);
         }
         r
     }
@@ -587,6 +590,12 @@ impl Nx {
     /// arrives, it is stored in `buf` and `handler` runs with its info and the buffer, on the
     /// thread of whichever NX call or notification finds it (never two handlers at once;
     /// handlers do not nest). The receive can be cancelled with the returned id.
+    ///
+    /// A handler receive that fails (the message is longer than `buf`: [`NxError::MessageTooLong`];
+    /// its sender could not write the data) does not run its handler: nobody waits for the
+    /// receive, so its error is returned by the process's next call that waits or polls (a
+    /// blocking call, `msgwait`, `msgdone`, `iprobe`, [`Nx::poll`]), as NX reports an error
+    /// of its own.
     pub fn hrecvx(
         &self,
         typesel: i64,
@@ -691,6 +700,16 @@ impl Nx {
     }
 
     fn wait_mid_for(&self, mid: Mid, watch: Option<usize>) -> Result<Completion> {
+        let (c, err) = self.wait_mid_outcome(mid, watch)?;
+        err.map_or(Ok(c), Err)
+    }
+
+    /// Waits for request `mid`: its completion, with the error it completed with.
+    fn wait_mid_outcome(
+        &self,
+        mid: Mid,
+        watch: Option<usize>,
+    ) -> Result<(Completion, Option<NxError>)> {
         // Look the request up only when some request completed since the last look.
         let mut seen = None;
         let c = self.core.wait("waiting for a message", watch, |st| {
@@ -700,13 +719,11 @@ impl Nx {
             seen = Some(st.completions);
             st.take_done(mid)
         })?;
-        if let Some(e) = c.err {
-            return Err(e);
-        }
-        Ok(Completion {
+        let done = Completion {
             info: c.info,
             buf: c.buf,
-        })
+        };
+        Ok((done, c.err))
     }
 
     /// Waits for a request to complete and releases it (`msgwait`).
@@ -714,25 +731,41 @@ impl Nx {
         self.wait_mid(mid)
     }
 
+    /// [`Nx::msgwait`] that hands back the completion of a request that failed too, with its
+    /// error: a receive of a message too long for its buffer has the message's info, which NX
+    /// puts in `irecvx`'s info array then too. `Err` only when the request did not complete
+    /// (an invalid id, a peer lost, an error of an earlier call).
+    pub fn msgwait_outcome(&self, mid: Mid) -> Result<(Completion, Option<NxError>)> {
+        let watch = self.core.lock().waits_for(mid);
+        self.wait_mid_outcome(mid, watch)
+    }
+
     /// The request's completion if it is complete (then released), `None` otherwise
     /// (`msgdone`).
     pub fn msgdone(&self, mid: Mid) -> Result<Option<Completion>> {
+        match self.msgdone_outcome(mid)? {
+            None => Ok(None),
+            Some((c, err)) => err.map_or(Ok(Some(c)), Err),
+        }
+    }
+
+    /// [`Nx::msgdone`] that hands back the completion of a request that failed too, with its
+    /// error, as [`Nx::msgwait_outcome`].
+    pub fn msgdone_outcome(&self, mid: Mid) -> Result<Option<(Completion, Option<NxError>)>> {
         let c = {
             let mut st = self.core.lock();
+            st.take_deferred()?;
             st.progress(false)?;
             st.take_done(mid)?
         };
         self.core.run_ready();
-        match c {
-            None => Ok(None),
-            Some(c) => match c.err {
-                Some(e) => Err(e),
-                None => Ok(Some(Completion {
-                    info: c.info,
-                    buf: c.buf,
-                })),
-            },
-        }
+        Ok(c.map(|c| {
+            let done = Completion {
+                info: c.info,
+                buf: c.buf,
+            };
+            (done, c.err)
+        }))
     }
 
     /// Cancels a request (`msgcancel`): a receive stops and its memory is not written any
@@ -799,11 +832,25 @@ impl Nx {
         self.iprobex(typesel, -1, -1)
     }
 
+    /// Makes progress (handlers of arrived messages run) and reports an error that an
+    /// earlier call or a handler receive left for the next call (what `flick` does besides
+    /// giving up the processor).
+    pub fn poll(&self) -> Result<()> {
+        {
+            let mut st = self.core.lock();
+            st.take_deferred()?;
+            st.progress(false)?;
+        }
+        self.core.run_ready();
+        Ok(())
+    }
+
     /// Whether a message selected by type, node and process type has arrived (`iprobex`).
     pub fn iprobex(&self, typesel: i64, nodesel: i64, ptypesel: i64) -> Result<Option<Info>> {
         let sel = self.check_sel(typesel, nodesel, ptypesel, false)?;
         let r = {
             let mut st = self.core.lock();
+            st.take_deferred()?;
             st.progress(false)?;
             st.probe(sel)
         };

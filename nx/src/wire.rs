@@ -31,6 +31,9 @@ pub(crate) const K_WANT: u32 = 5;
 pub(crate) const K_PULL: u32 = 6;
 /// Receiver to sender: the reads asked by the pull of transfer `id` are done.
 pub(crate) const K_PULLED: u32 = 7;
+/// The sender is finishing (leaving NX): it receives nothing more, so that messages for it
+/// still unreceived are discarded, as NX discards them at exit, rather than waited for.
+pub(crate) const K_BYE: u32 = 8;
 /// Flag of messages of the library's own (global operations): never seen by user receives.
 pub(crate) const F_INTERNAL: u32 = 0x100;
 

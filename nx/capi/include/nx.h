@@ -34,6 +34,10 @@
  * Handlers (hrecv, hrecvx, hsend, hsendx, hsendrecv) run on the thread of the NX call that
  * finds their message, or on the library's notification thread: one at a time, never nested,
  * held while masktrap(1) is in force. They may call NX (and post handler receives again).
+ * A handler receive that fails (a message longer than its buffer: EQMSGLONG; a sender that
+ * could not write the data) does not run its handler; the process's next call that waits or
+ * polls (a blocking call, msgwait, msgdone, iprobe, flick) reports the error: the plain forms
+ * print it and exit, the underscore forms return -1 with errno.
  *
  * Old programs: the declarations follow the Paragon's nx.h (void * buffers, long arguments,
  * void results where NX has them), so that programs written for it build unchanged, K&R C
@@ -122,7 +126,7 @@ long myptype(void);
 void setptype(long ptype);
 long myhost(void);   /* -1: the launcher is not a node */
 long nodedim(void);  /* log2 of numnodes() rounded up */
-void flick(void);    /* yields the processor */
+void flick(void);    /* yields the processor (after progress: handlers run) */
 void led(long on);   /* no LED here: does nothing */
 double dclock(void); /* seconds */
 const char *nx_strerror(long code);

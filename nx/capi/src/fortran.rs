@@ -231,15 +231,23 @@ fortran! {
     fn mypart_(rows: *mut c_int, cols: *mut c_int) -> c_int {
         let (mut r, mut c) = (0, 0);
         let n = super::compat::mypart(&mut r, &mut c);
-        *rows = i(r);
-        *cols = i(c);
+        if !rows.is_null() {
+            *rows = i(r);
+        }
+        if !cols.is_null() {
+            *cols = i(c);
+        }
         i(n)
     }
     fn nx_app_rect_(rows: *mut c_int, cols: *mut c_int) -> c_int {
         let (mut r, mut c) = (0, 0);
         let n = super::compat::nx_app_rect(&mut r, &mut c);
-        *rows = i(r);
-        *cols = i(c);
+        if !rows.is_null() {
+            *rows = i(r);
+        }
+        if !cols.is_null() {
+            *cols = i(c);
+        }
         i(n)
     }
     fn nx_perror_(s: *const c_char, len: usize) {

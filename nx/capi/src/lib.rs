@@ -48,8 +48,11 @@ struct Global {
     merged: Mutex<HashMap<i64, Vec<i64>>>,
 }
 
-/// The first id `msgmerge` gives: far above the library's own request ids.
-const MERGED_FIRST: i64 = 1 << 48;
+/// The first id `msgmerge` gives: above the library's own request ids ([`nx::MID_LIMIT`]),
+/// and with them below 2^31, so that Fortran's 32-bit INTEGERs hold every id.
+const MERGED_FIRST: i64 = nx::MID_LIMIT;
+/// The last id `msgmerge` gives before it starts again from [`MERGED_FIRST`].
+const MERGED_LAST: i64 = i32::MAX as i64;
 
 static GLOBAL: OnceLock<Result<Global, String>> = OnceLock::new();
 
@@ -247,10 +250,20 @@ pub extern "C" fn nodedim() -> c_long {
     })
 }
 
-/// Gives up the processor briefly.
+/// Gives up the processor briefly, after progress (a process that started NX: handlers
+/// of arrived messages run, and an error left for the next call shows).
+pub(crate) fn do_flick() -> Result<c_long, NxError> {
+    if let Some(Ok(g)) = GLOBAL.get() {
+        g.nx.poll()?;
+    }
+    std::thread::yield_now();
+    Ok(0)
+}
+
+/// Gives up the processor briefly (an error left for the next call shows: see `do_flick`).
 #[no_mangle]
 pub extern "C" fn flick() {
-    std::thread::yield_now();
+    fatal("flick", do_flick);
 }
 
 /// The node's LED: there is none; does nothing.
@@ -552,10 +565,20 @@ fn do_msgwait(mid: c_long) -> Result<c_long, NxError> {
         }
         return Ok(len);
     }
-    let c = g.nx.msgwait(mid as i64);
-    let c = c?;
+    let (c, err) =
+        g.nx.msgwait_outcome(mid as i64)
+            .inspect_err(|e| forget_info(g, mid, e))?;
+    // A receive that failed still fills irecvx's info (a message too long: its length).
     completed(g, mid as i64, c.info);
-    Ok(c.info.map_or(0, |i| to_long(i.count)))
+    err.map_or(Ok(c.info.map_or(0, |i| to_long(i.count))), Err)
+}
+
+/// After a failed call on request `mid`: an id that names no request has no info array
+/// waiting either.
+fn forget_info(g: &Global, mid: c_long, e: &NxError) {
+    if matches!(e, NxError::InvalidMid(_)) {
+        lock(&g.infos).remove(&(mid as i64));
+    }
 }
 
 /// Waits for a send or receive to complete and releases its id.
@@ -596,10 +619,14 @@ fn do_msgdone(mid: c_long) -> Result<c_long, NxError> {
         lock(&g.merged).insert(mid as i64, left);
         return Ok(0);
     }
-    match g.nx.msgdone(mid as i64)? {
-        Some(c) => {
+    match g
+        .nx
+        .msgdone_outcome(mid as i64)
+        .inspect_err(|e| forget_info(g, mid, e))?
+    {
+        Some((c, err)) => {
             completed(g, mid as i64, c.info);
-            Ok(1)
+            err.map_or(Ok(1), Err)
         }
         None => Ok(0),
     }
@@ -707,9 +734,22 @@ fn do_msgmerge(mid1: c_long, mid2: c_long) -> Result<c_long, NxError> {
 
 /// A new merged id for `parts`.
 fn merge_ids(g: &Global, parts: Vec<i64>) -> c_long {
-    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(MERGED_FIRST);
-    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    lock(&g.merged).insert(id, parts);
+    static NEXT: Mutex<i64> = Mutex::new(MERGED_FIRST);
+    let mut merged = lock(&g.merged);
+    let mut next = lock(&NEXT);
+    // The next id not in use (some are: at most one per request).
+    let id = loop {
+        let id = *next;
+        *next = if id >= MERGED_LAST {
+            MERGED_FIRST
+        } else {
+            id + 1
+        };
+        if !merged.contains_key(&id) {
+            break id;
+        }
+    };
+    merged.insert(id, parts);
     id as c_long
 }
 
@@ -1132,6 +1172,7 @@ fn do_gcolx(x: *const c_void, xlens: *const c_long, y: *mut c_void) -> Result<c_
     let lens = unsafe { std::slice::from_raw_parts(xlens, n) };
     let mine = check_buf(x, lens[nx()?.mynode() as usize])?;
     let total = lens.iter().map(|&l| len_of(l)).sum::<Result<usize, _>>()?;
+    check_buf(y, to_long(total))?;
     // SAFETY: the caller's buffers: `x` holds this node's length, `y` the total.
     let (xs, ys) = unsafe { (bytes(x, mine), bytes_mut(y, total)) };
     let (all, got) = nx()?.gcolx(xs)?;

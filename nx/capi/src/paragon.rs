@@ -50,11 +50,10 @@ pub extern "C" fn _nodedim() -> c_long {
     })
 }
 
-/// `flick` returning 0.
+/// `flick` returning 0, or -1 and errno.
 #[no_mangle]
 pub extern "C" fn _flick() -> c_long {
-    std::thread::yield_now();
-    0
+    soft(super::do_flick)
 }
 
 /// `dclock` (it cannot fail).

@@ -87,6 +87,54 @@ fn c_sixteen_mib() {
 }
 
 #[test]
+fn c_exchange_with_senders_first() {
+    // Before their receivers receive, blocking zero-copy sends return on their safe copies
+    // at memory speed; oversubscribed too (more ranks than the machine's cores). A send
+    // that crawled (seconds a message) runs the job into its limit.
+    let t = ("NX_THRESHOLD", "16384");
+    run_ok("exchange", 2, &[t]);
+    run_ok("exchange", 4, &[t]);
+}
+
+#[test]
+fn c_exit_discards_unreceived_messages() {
+    // Unreceived zero-copy messages in a cycle: each node leaves without waiting for the
+    // others, which are leaving too (a wait would hang the job into its limit).
+    run_ok("exit_unreceived", 2, &[]);
+    run_ok("exit_unreceived", 3, &[("NX_THRESHOLD", "16384")]);
+    // Leaving while a peer computes, its packet buffers full of unreceived messages.
+    run_ok("exit_full", 2, &[("NX_SLOTS", "4")]);
+    run_ok("exit_full", 2, &[]);
+}
+
+#[test]
+fn c_receives_into_overlapping_memory() {
+    // The registration cache exports whole receive buffers: overlapping ones still work.
+    run_ok("overlap", 2, &[("NX_THRESHOLD", "1024")]);
+    run_ok("overlap", 2, &[("NX_THRESHOLD", "1024"), ("NX_PULL", "0")]);
+    run_ok(
+        "overlap",
+        3,
+        &[("NX_THRESHOLD", "1024"), ("NX_REGCACHE", "0")],
+    );
+}
+
+#[test]
+fn c_handler_receive_of_a_too_long_message_fails() {
+    run_ok("hrecv_error", 2, &[("NX_THRESHOLD", "16384")]);
+    run_ok(
+        "hrecv_error",
+        3,
+        &[("NX_THRESHOLD", "16384"), ("NX_SMALL", "au")],
+    );
+}
+
+#[test]
+fn c_irecvx_of_a_too_long_message_fills_info() {
+    run_ok("irecvx_long", 2, &[("NX_THRESHOLD", "16384")]);
+}
+
+#[test]
 fn c_isend_irecv_msgwait_msgdone() {
     run_ok("async", 2, &[("NX_THRESHOLD", "16384")]);
     run_ok("async", 2, &[("NX_SMALL", "au")]);

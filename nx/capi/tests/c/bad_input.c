@@ -54,6 +54,11 @@ int main(void) {
     BAD(_gcol(NULL, 8, buf, 64, info), EQLEN);
     BAD(_gcol(buf, -8, buf, 64, info), EQLEN);
     BAD(_gcol(buf, 8, buf, -64, info), EQLEN);
+    long lens[64];
+    for (long k = 0; k < n; k++) lens[k] = 8;
+    BAD(_gcolx(buf, lens, NULL), EQLEN);
+    BAD(_gcolx(NULL, lens, buf), EQLEN);
+    BAD(_gcolx(buf, NULL, buf), EQLEN);
     BAD(_flushmsg(-1, n + 5, -1), EQNODE);
 
     /* The job still works: a ring, then a global sum. */

@@ -1,10 +1,12 @@
 C     An NX program in Fortran 77: identity, csend/crecv, crecvx's info,
 C     irecv/msgwait, iprobe, global sums of DOUBLE PRECISION and INTEGER,
-C     a logical and, a handler receive, gsync and dclock.
+C     a logical and, a handler receive, msgmerge and isendrecv ids,
+C     gsync and dclock.
       PROGRAM FTEST
       INTEGER ME, N, RIGHT, LEFT, INFO(4), MID, K, IV(3), LV(2)
       INTEGER MYNODE, NUMNODES, INFOCOUNT, INFONODE, IRECV, IPROBE
       INTEGER MYPTYPE, GRAY, GINV, NX_MKPART, MCLOCK, HW(2)
+      INTEGER ISEND, MSGMERGE, ISENDRECV, MSGDONE, M1, M2
       DOUBLE PRECISION X(2), WORK(2), T0, DCLOCK
       INTEGER SBUF(4), RBUF(4), HBUF(2)
       INTEGER HTYPE, HCOUNT, HNODE
@@ -66,6 +68,19 @@ C     the handler receive: node LEFT sends to this node
       IF (HTYPE .NE. 50 .OR. HCOUNT .NE. 8 .OR. HNODE .NE. LEFT)
      &   CALL FAIL(ME, 'handler')
       IF (HBUF(1) .NE. LEFT * 100 + 1) CALL FAIL(ME, 'handler data')
+C     merged ids and isendrecv's: INTEGERs that the message calls take
+      RBUF(1) = -1
+      M1 = IRECV(9, RBUF, 16)
+      M2 = ISEND(9, SBUF, 16, RIGHT, 0)
+      MID = MSGMERGE(M1, M2)
+      IF (MID .LE. 0) CALL FAIL(ME, 'msgmerge id')
+      CALL MSGWAIT(MID)
+      IF (RBUF(1) .NE. LEFT * 100 + 1) CALL FAIL(ME, 'merged data')
+      RBUF(2) = -1
+      MID = ISENDRECV(10, SBUF, 16, RIGHT, 0, 10, RBUF, 16)
+      IF (MID .LE. 0) CALL FAIL(ME, 'isendrecv id')
+   30 IF (MSGDONE(MID) .EQ. 0) GOTO 30
+      IF (RBUF(2) .NE. LEFT * 100 + 2) CALL FAIL(ME, 'isendrecv data')
       CALL GSYNC()
       WRITE (*, '(A, I0, A)') 'ftest node ', ME, ': ok'
       END
