@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Parameters that are plain flags on the command line (the others take a value).
-const FLAGS: &[&str] = &["inject_fault"];
+pub(crate) const FLAGS: &[&str] = &["inject_fault", "inject_death"];
 
 /// The command-line form of `p` for the ranks: every parameter that is set, so a parameter
 /// added to [`Params`] reaches the ranks without more code.
@@ -64,7 +64,8 @@ pub struct Job<'a> {
     pub app: &'a App,
     /// Nodes.
     pub nodes: usize,
-    /// Transport: `shm` or `sim`.
+    /// Transport, as `vmmc-run --transport` takes it: `shm`, `sim`, `tcp`, `rdma`, or `mpi`
+    /// where `vmmc-run` is built with it.
     pub transport: &'a str,
     /// The application's parameters.
     pub params: &'a Params,
@@ -79,6 +80,7 @@ impl Job<'_> {
     /// rank 0's report, with the simulator's statistics folded in on sim.
     pub fn run(&self, exe: &Path) -> Result<Report, String> {
         let a = self.app;
+        a.check_options(self.params).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(launcher_beside(exe)?);
         cmd.args(["-n", &self.nodes.to_string(), "--transport", self.transport])
             .arg("--")

@@ -94,7 +94,9 @@
 //! library ([`radix_vmmc`], [`ocean_nx`], [`barnes_nx`], [`barnes_svm`], [`ocean_svm`],
 //! [`radix_svm`], [`dfs_sockets`], [`render_sockets`]). A new version is a new module plus
 //! one entry in [`APPS`] (and its new parameters in [`Params`]: [`job::param_args`] hands
-//! every parameter that is set to the ranks).
+//! every parameter that is set to the ranks). The entry's [`App::options`] names the
+//! parameters it uses: any other one given on the command line is refused
+//! ([`App::check_options`]) rather than silently ignored.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -283,6 +285,10 @@ pub struct Params {
     /// Test only: corrupt the result before the check, which must then fail.
     #[arg(long)]
     pub inject_fault: bool,
+    /// Test only (Render-sockets): the highest rank, a worker, dies abruptly (SIGKILL; its
+    /// node ends on sim) once it has its first tile; the run must end with an error.
+    #[arg(long)]
+    pub inject_death: bool,
 }
 
 impl Params {
@@ -321,6 +327,7 @@ impl Params {
             cache_size: None,
             reads: None,
             inject_fault: false,
+            inject_death: false,
         }
     }
 }
@@ -418,6 +425,58 @@ pub struct App {
     pub run: RunFn,
     /// The plain sequential implementation.
     pub sequential: SeqFn,
+    /// The [`Params`] it uses besides the version and the size (field names); it refuses
+    /// the others ([`App::check_options`]).
+    pub options: &'static [&'static str],
+}
+
+/// Parameters that only the AU version uses.
+const AU_ONLY: &[&str] = &["combining"];
+
+impl App {
+    /// Refuses, naming them, the parameters set in `params` (given on the command line) that
+    /// this application does not use, rather than running without them: `--combining`
+    /// where there is no switch, Ocean's `--grid` for Barnes. A parameter left unset is
+    /// fine whatever it is.
+    pub fn check_options(&self, params: &Params) -> AppResult<()> {
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(params).expect("params serialize")
+        else {
+            unreachable!("Params is a struct");
+        };
+        let flag = |name: &str| format!("--{}", name.replace('_', "-"));
+        let mut unused = Vec::new();
+        for (name, v) in &fields {
+            let set = match v {
+                serde_json::Value::Null => false,
+                // A plain flag is set when true; `--combining false` is set.
+                serde_json::Value::Bool(b) if job::FLAGS.contains(&name.as_str()) => *b,
+                _ => true,
+            };
+            if !set || matches!(name.as_str(), "version" | "size") {
+                continue;
+            }
+            if !self.options.contains(&name.as_str()) {
+                unused.push(flag(name));
+            } else if params.version == Version::Du && AU_ONLY.contains(&name.as_str()) {
+                return Err(AppError::Usage(format!(
+                    "{} does not use {} with --version du: only its AU version has it",
+                    self.name,
+                    flag(name)
+                )));
+            }
+        }
+        if unused.is_empty() {
+            return Ok(());
+        }
+        let own: Vec<String> = self.options.iter().map(|o| flag(o)).collect();
+        Err(AppError::Usage(format!(
+            "{} does not use {} (its options: {}, and --version, --size)",
+            self.name,
+            unused.join(", "),
+            own.join(", ")
+        )))
+    }
 }
 
 /// The applications, in Table 1's order.
@@ -432,6 +491,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: barnes_svm::run,
         sequential: barnes_svm::sequential,
+        options: &["seed", "bodies", "iterations", "theta", "dt", "eps", "protocol", "inject_fault"],
     },
     App {
         name: "ocean-svm",
@@ -442,6 +502,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: ocean_svm::run,
         sequential: ocean_svm::sequential,
+        options: &["grid", "steps", "tolerance", "protocol", "inject_fault"],
     },
     App {
         name: "radix-svm",
@@ -452,6 +513,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: radix_svm::run,
         sequential: radix_svm::sequential,
+        options: &["keys", "radix_bits", "key_bits", "seed", "protocol", "inject_fault"],
     },
     App {
         name: "radix-vmmc",
@@ -462,6 +524,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: radix_vmmc::run,
         sequential: radix_vmmc::sequential,
+        options: &["keys", "radix_bits", "key_bits", "seed", "combining", "inject_fault"],
     },
     App {
         name: "barnes-nx",
@@ -472,6 +535,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: barnes_nx::run,
         sequential: barnes_nx::sequential,
+        options: &["seed", "bodies", "iterations", "theta", "dt", "eps", "inject_fault"],
     },
     App {
         name: "ocean-nx",
@@ -482,6 +546,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 2,
         run: ocean_nx::run,
         sequential: ocean_nx::sequential,
+        options: &["grid", "steps", "tolerance", "inject_fault"],
     },
     App {
         name: "dfs-sockets",
@@ -492,6 +557,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: dfs_sockets::run,
         sequential: dfs_sockets::sequential,
+        options: &["seed", "clients", "block_size", "file_size", "files", "cache_size", "reads", "inject_fault"],
     },
     App {
         name: "render-sockets",
@@ -502,6 +568,7 @@ pub const APPS: &[App] = &[
         table1_nodes: 1,
         run: render_sockets::run,
         sequential: render_sockets::sequential,
+        options: &["volume", "image_size", "tile", "azimuth", "elevation", "fov", "step", "in_flight", "image", "inject_fault", "inject_death"],
     },
 ];
 
@@ -513,6 +580,7 @@ pub fn app(name: &str) -> Option<&'static App> {
 /// Runs `app` as this process's program under `vmmc_run::run` (once per process on shm,
 /// once per node-thread on sim). Returns rank 0's report.
 pub fn run_job(app: &'static App, params: &Params) -> AppResult<Option<Report>> {
+    app.check_options(params)?;
     let report = std::sync::Mutex::new(None);
     let failure = std::sync::Mutex::new(None::<AppError>);
     let r = vmmc_run::run(|ep| match (app.run)(&ep, params) {
@@ -537,4 +605,23 @@ pub fn run_job(app: &'static App, params: &Params) -> AppResult<Option<Report>> 
     }
     r?;
     Ok(report.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_application_option_is_a_parameter() {
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(Params::new(Version::Au, Size::Test)).expect("serialize")
+        else {
+            unreachable!("Params is a struct");
+        };
+        for a in APPS {
+            for o in a.options {
+                assert!(fields.contains_key(*o), "{}: no parameter {o}", a.name);
+            }
+        }
+    }
 }

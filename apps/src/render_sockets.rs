@@ -12,12 +12,16 @@
 //! worker prepares its copy (gradients) and answers "ready".
 //!
 //! **The timed phase** (the controller's clock, from handing out the first tile to taking in
-//! the last). The controller deals `in_flight` tiles to each worker (the highest rank first),
-//! then serves whichever connection is readable ([`VmmcStream::is_readable`]): it takes the
-//! tile's pixels (one block: the tile's number, then its RGB rows), places them in the
-//! picture and sends that worker the next tile from the queue. A worker holds up to
-//! `in_flight` tiles, so it starts the next while its result travels and the controller
-//! answers; a fast worker comes back more often and gets more tiles. One thread per node:
+//! the last). The controller deals `in_flight` tiles to each worker (one each a turn, the
+//! highest rank first), then serves whichever connection is readable
+//! ([`VmmcStream::is_readable`]): it takes the tile's pixels (one block: the tile's number,
+//! then its RGB rows), places them in the picture and sends that worker the next tile from
+//! the queue. A worker holds up to `in_flight` tiles (at most every tile), so it starts the
+//! next while its result travels and the controller answers; a fast worker comes back more
+//! often and gets more tiles. Tasks are written without blocking, as far as the worker's
+//! ring takes them, and the rest when it has room: a worker blocked on writing its results
+//! into the controller's full ring reads no tasks, so a blocking task write could wait for
+//! ever on it, whatever the rings' sizes and `in_flight`. One thread per node:
 //! the controller polls its connections and, when none is readable, waits a turn by the
 //! core's policy ([`vmmc::wait`]: on the simulated SHRIMP this advances virtual time to the
 //! next arrival; elsewhere it spins, yields where processes outnumber cores, then sleeps
@@ -71,7 +75,7 @@ pub fn problem(params: &Params) -> AppResult<RenderParams> {
         Size::Paper => RenderParams::PAPER,
         Size::Test => RenderParams::TEST,
     };
-    let p = RenderParams {
+    let mut p = RenderParams {
         volume: params.volume.unwrap_or(base.volume),
         image: params.image_size.unwrap_or(base.image),
         tile: params.tile.unwrap_or(base.tile),
@@ -81,6 +85,10 @@ pub fn problem(params: &Params) -> AppResult<RenderParams> {
         step: params.step.unwrap_or(base.step),
         in_flight: params.in_flight.unwrap_or(base.in_flight),
     };
+    // A worker cannot hold more than every tile: a larger count means all of them.
+    if p.tile.iter().all(|&t| t > 0) {
+        p.in_flight = p.in_flight.min(p.tiles());
+    }
     p.check().map_err(AppError::Usage)?;
     Ok(p)
 }
@@ -104,7 +112,8 @@ fn comm(what: &str, e: io::Error) -> AppError {
     AppError::Comm(format!("{APP}: {what}: {e}"))
 }
 
-/// The setup block: the problem with its floating-point numbers as bits, and the view.
+/// The setup block: the problem with its floating-point numbers as bits, and the view. `p`
+/// has passed [`RenderParams::check`], which keeps every size within 32 bits.
 fn encode_setup(p: &RenderParams, view: &View) -> Vec<u8> {
     let mut b = MAGIC.to_vec();
     let words = [
@@ -118,7 +127,8 @@ fn encode_setup(p: &RenderParams, view: &View) -> Vec<u8> {
         p.in_flight,
     ];
     for w in words {
-        b.extend_from_slice(&(w as u32).to_le_bytes());
+        let w = u32::try_from(w).expect("RenderParams::check bounds every size to 32 bits");
+        b.extend_from_slice(&w.to_le_bytes());
     }
     for f in [p.azimuth, p.elevation, p.fov, p.step] {
         b.extend_from_slice(&f.to_bits().to_le_bytes());
@@ -168,12 +178,17 @@ fn decode_setup(b: &[u8]) -> Result<(RenderParams, View), String> {
 /// of the peer's ring (the length's and the block's).
 fn send(s: &VmmcStream, block: &[u8], stats: &mut Stats) -> io::Result<()> {
     s.write_block(block)?;
-    stats.messages += 1;
-    stats.bytes += 8 + block.len() as u64;
-    if s.variant() == Variant::Au {
-        stats.au_words += 2 + block.len().div_ceil(4) as u64;
-    }
+    count(s.variant(), block.len(), stats);
     Ok(())
+}
+
+/// Counts a block of `len` bytes sent with `variant` (see [`send`]).
+fn count(variant: Variant, len: usize, stats: &mut Stats) {
+    stats.messages += 1;
+    stats.bytes += 8 + len as u64;
+    if variant == Variant::Au {
+        stats.au_words += 2 + len.div_ceil(4) as u64;
+    }
 }
 
 /// Flips a bit of a tile's middle pixel (`--inject-fault`).
@@ -194,14 +209,72 @@ pub fn run(ep: &Endpoint, params: &Params) -> AppResult<Option<Report>> {
     }
 }
 
+/// A task as it goes on the wire: a block ([`VmmcStream::write_block`]'s length, then the
+/// tile's number).
+const TASK_LEN: usize = 8 + 4;
+
 /// A worker as the controller sees it.
 struct Worker {
     s: VmmcStream,
     rank: usize,
-    /// Tiles handed out and not yet back, in the order the worker renders them.
+    /// Tiles handed out and not yet back, in the order the worker renders them (the last one
+    /// perhaps still partly in `task`).
     queue: VecDeque<usize>,
+    /// The task being sent, and how much of it is in the worker's ring.
+    task: [u8; TASK_LEN],
+    task_sent: usize,
     /// Tiles it rendered.
     tiles: u64,
+}
+
+impl Worker {
+    fn new(s: VmmcStream, rank: usize) -> Worker {
+        Worker {
+            s,
+            rank,
+            queue: VecDeque::new(),
+            task: [0; TASK_LEN],
+            task_sent: TASK_LEN,
+            tiles: 0,
+        }
+    }
+
+    /// Hands out tile `*next` if the worker holds fewer than `in_flight` tiles and none is
+    /// still on its way; then writes what fits of the task in the worker's ring without
+    /// blocking. Whether it wrote anything.
+    ///
+    /// Never blocking is what keeps the run from deadlocking: a worker whose results fill the
+    /// controller's ring blocks and stops reading its tasks, so a task written with a
+    /// blocking write into its full ring would wait for ever, and the controller with it,
+    /// never reading the results that would free the worker.
+    fn deal(
+        &mut self,
+        in_flight: usize,
+        tiles: usize,
+        next: &mut usize,
+        stats: &mut Stats,
+    ) -> AppResult<bool> {
+        if self.task_sent == TASK_LEN && self.queue.len() < in_flight && *next < tiles {
+            self.task[..8].copy_from_slice(&4u64.to_le_bytes());
+            self.task[8..].copy_from_slice(&(*next as u32).to_le_bytes());
+            self.task_sent = 0;
+            self.queue.push_back(*next);
+            *next += 1;
+            count(self.s.variant(), 4, stats);
+        }
+        let mut wrote = false;
+        while self.task_sent < TASK_LEN {
+            match self.s.conn().send(&self.task[self.task_sent..], true) {
+                Ok(k) => {
+                    self.task_sent += k;
+                    wrote = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(comm(&format!("task to worker {}", self.rank), e)),
+            }
+        }
+        Ok(wrote)
+    }
 }
 
 /// The controller's wait when no connection is readable, by the core's one policy
@@ -218,10 +291,13 @@ impl Idle {
         Idle { wait: None }
     }
 
-    fn wait(&mut self) {
-        self.wait
-            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE))
-            .idle();
+    /// Waits a turn; whether the wait is past its spin (then the caller checks its peers).
+    fn wait(&mut self) -> bool {
+        let w = self
+            .wait
+            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE));
+        w.idle();
+        w.resting()
     }
 
     fn reset(&mut self) {
@@ -275,12 +351,7 @@ fn controller(
             s.write_block(&setup)
                 .and_then(|()| s.write_block(&densities))
                 .map_err(|e| comm(&format!("loading worker {rank}"), e))?;
-            workers.push(Worker {
-                s,
-                rank,
-                queue: VecDeque::new(),
-                tiles: 0,
-            });
+            workers.push(Worker::new(s, rank));
         }
         workers.sort_by_key(|w| w.rank);
         let mut ready = [0u8; 8];
@@ -323,26 +394,24 @@ fn controller(
             next += 1;
         }
     } else {
-        let give = |w: &mut Worker, next: &mut usize, stats: &mut Stats| -> AppResult<()> {
-            if *next < tiles {
-                send(&w.s, &(*next as u32).to_le_bytes(), stats)
-                    .map_err(|e| comm(&format!("task to worker {}", w.rank), e))?;
-                w.queue.push_back(*next);
-                *next += 1;
-            }
-            Ok(())
-        };
-        // The highest rank first: it is the one that corrupts its first tile under
-        // --inject-fault, so it must have one.
-        for _ in 0..rp.in_flight {
-            for w in workers.iter_mut().rev() {
-                give(w, &mut next, &mut stats)?;
-            }
-        }
         let mut done = 0;
         let mut idle = Idle::new();
         while done < tiles {
             let mut progress = false;
+            // One tile to each worker a turn, while it holds fewer than `in_flight` and its
+            // ring has room, the highest rank first: it is the one that corrupts its first
+            // tile under --inject-fault, so it must have one. A worker's ring always takes
+            // the first task, so every worker starts with one tile or more.
+            loop {
+                let mut dealt = false;
+                for w in workers.iter_mut().rev() {
+                    dealt |= w.deal(rp.in_flight, tiles, &mut next, &mut stats)?;
+                }
+                progress |= dealt;
+                if !dealt {
+                    break;
+                }
+            }
             for w in workers.iter_mut() {
                 if w.queue.is_empty() || !w.s.is_readable() {
                     continue;
@@ -364,12 +433,11 @@ fn controller(
                 w.tiles += 1;
                 done += 1;
                 progress = true;
-                give(w, &mut next, &mut stats)?;
             }
             if progress {
                 idle.reset();
-            } else {
-                idle.wait();
+            } else if idle.wait() {
+                check_workers(ep, &workers)?;
             }
         }
     }
@@ -452,6 +520,23 @@ fn controller(
     ))
 }
 
+/// Ends the run when a worker is gone: polling a connection ([`VmmcStream::is_readable`])
+/// does not notice a peer that left (only a failed write or a blocking wait does), so the
+/// controller, which only polls, would wait for that worker's tiles for ever. The paper's
+/// renderer re-issues a lost worker's tiles; ours reports it.
+fn check_workers(ep: &Endpoint, workers: &[Worker]) -> AppResult<()> {
+    for w in workers {
+        if !ep.peer_alive(ep.proc_of(w.rank)?) {
+            return Err(AppError::Comm(format!(
+                "{APP}: worker {} left the job with {} tile(s) out",
+                w.rank,
+                w.queue.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
@@ -501,6 +586,9 @@ fn worker(ep: &Endpoint, params: &Params, opts: Options) -> AppResult<()> {
                 )))
             }
         };
+        if params.inject_death && me == ep.size() - 1 {
+            vmmc::conformance::die();
+        }
         r.tile(rp.tile_rect(i), &mut pixels);
         if params.inject_fault && me == ep.size() - 1 && tiles == 0 {
             corrupt(&mut pixels);
@@ -534,5 +622,40 @@ mod tests {
         assert_eq!(b.len(), SETUP_LEN);
         assert_eq!(decode_setup(&b).unwrap(), (p, v));
         assert!(decode_setup(&b[1..]).is_err());
+    }
+
+    #[test]
+    fn tiles_in_flight_are_clamped_to_the_tiles_and_checked() {
+        let mut params = Params::new(Version::Du, Size::Test);
+        let tiles = RenderParams::TEST.tiles();
+        // 2^32 once went on the wire as 0; 10^18 made the dealing loop spin.
+        for n in [
+            tiles,
+            tiles + 1,
+            1 << 32,
+            1_000_000_000_000_000_000,
+            usize::MAX,
+        ] {
+            params.in_flight = Some(n);
+            let p = problem(&params).unwrap();
+            assert_eq!(p.in_flight, tiles, "--in-flight {n}");
+            let b = encode_setup(&p, &View::new(&p));
+            assert_eq!(
+                decode_setup(&b).unwrap().0.in_flight,
+                tiles,
+                "--in-flight {n}"
+            );
+        }
+        params.in_flight = Some(0);
+        let e = problem(&params).unwrap_err().to_string();
+        assert!(e.contains("--in-flight 0"), "{e}");
+        // A setup block with more tiles in flight than tiles is not the controller's.
+        let p = RenderParams {
+            in_flight: tiles,
+            ..RenderParams::TEST
+        };
+        let mut b = encode_setup(&p, &View::new(&p));
+        b[32..36].copy_from_slice(&(tiles as u32 + 1).to_le_bytes());
+        assert!(decode_setup(&b).unwrap_err().contains("--in-flight"));
     }
 }

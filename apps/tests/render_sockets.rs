@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// A fresh path for a job's picture.
 fn image(name: &str) -> PathBuf {
@@ -140,4 +141,71 @@ fn render_sockets_options_reach_the_ranks() {
 fn render_sockets_corruption_is_caught() {
     common::caught("render-sockets", 2, "shm");
     common::caught("render-sockets", 4, "sim");
+}
+
+/// More tiles in flight than the rings hold: 2560 one-pixel tiles, all of them in flight,
+/// through 4 KB rings (a worker's tasks fill its ring, its results the controller's). The
+/// controller takes results while it deals, so the job ends; the in-flight count is clamped
+/// to the number of tiles.
+#[test]
+fn render_sockets_with_every_tile_in_flight_ends() {
+    for (transport, version) in [("shm", "du"), ("shm", "au"), ("sim", "au")] {
+        let path = image(&format!("in-flight-{transport}-{version}"));
+        let p = path.to_str().expect("a UTF-8 temporary directory");
+        let extra = ["--image", p, "--tile", "1", "--in-flight", "100000"];
+        let o = common::rank_job(
+            "render-sockets",
+            2,
+            &["--transport", transport],
+            version,
+            &extra,
+            &[("VMMC_SOCK_RING", "4k")],
+            Duration::from_secs(60),
+        );
+        let _ = std::fs::remove_file(&path);
+        assert!(o.status.success(), "{transport}, {version}: {}", o.report());
+        let r = common::rank_report(&o);
+        assert_eq!(r["problem"]["tiles"], 64 * 40, "{r}");
+        assert_eq!(r["problem"]["in_flight"], 64 * 40, "{r}");
+        assert_eq!(r["messages"].as_u64(), Some(2 * 64 * 40), "{r}");
+    }
+}
+
+/// A worker dies (SIGKILL on shm; its node ends on sim) as soon as it has its first tile, one
+/// tile in flight so that the controller writes it nothing more: the controller, polling its
+/// connections, notices the lost worker and ends the run with an error that names it, long
+/// before the job's limit, also when the launcher would let the others run for ever.
+#[test]
+fn render_sockets_ends_when_a_worker_dies() {
+    for (transport, launcher) in [
+        ("shm", ["--transport", "shm", "--abort-grace", "never"]),
+        ("sim", ["--transport", "sim", "--abort-grace", "never"]),
+    ] {
+        let path = image(&format!("death-{transport}"));
+        let p = path.to_str().expect("a UTF-8 temporary directory");
+        let t0 = Instant::now();
+        let o = common::rank_job(
+            "render-sockets",
+            3,
+            &launcher,
+            "du",
+            &["--image", p, "--in-flight", "1", "--inject-death"],
+            &[],
+            Duration::from_secs(60),
+        );
+        let took = t0.elapsed();
+        let _ = std::fs::remove_file(&path);
+        assert!(!o.status.success(), "{transport}: {}", o.report());
+        assert!(
+            o.stderr.contains("render-sockets: worker 2 left the job"),
+            "{transport}: no clear error\n{}",
+            o.report()
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "{transport}: {took:?} to notice\n{}",
+            o.report()
+        );
+        assert!(!o.stdout.contains("SHRIMP-REPORT"), "{}", o.report());
+    }
 }

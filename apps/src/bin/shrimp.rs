@@ -30,7 +30,8 @@ enum Cmd {
         /// Nodes.
         #[arg(short = 'n', long = "nodes", default_value_t = 1)]
         nodes: usize,
-        /// Transport: shm or sim.
+        /// Transport, passed to vmmc-run: shm (processes on this host, shared memory), sim (the
+        /// simulated SHRIMP), tcp, rdma, or mpi where vmmc-run is built with it.
         #[arg(long, default_value = "shm")]
         transport: String,
         /// Where to append the JSON report (default `apps-results/APP.jsonl`).
@@ -138,7 +139,10 @@ fn main() -> ExitCode {
             Ok(None) => Ok(()),
             Err(e) => Err(e.to_string()),
         }),
-        Cmd::Overhead { app, reps, params } => find(&app).and_then(|a| overhead(a, reps, params)),
+        Cmd::Overhead { app, reps, params } => find(&app).and_then(|a| {
+            a.check_options(&params).map_err(|e| e.to_string())?;
+            overhead(a, reps, params)
+        }),
         Cmd::Table1 {
             apps,
             version,
@@ -240,6 +244,8 @@ fn overhead(a: &'static App, reps: usize, params: Params) -> Result<(), String> 
         for (i, v) in versions.iter().enumerate() {
             let p = Params {
                 version: *v,
+                // An AU switch (`--combining`) is the AU version's alone.
+                combining: params.combining.filter(|_| *v == Version::Au),
                 ..params.clone()
             };
             let rep = run_job(a, &p)

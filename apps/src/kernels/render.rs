@@ -67,7 +67,8 @@ pub struct RenderParams {
     pub fov: f64,
     /// Distance between samples along a ray, in voxels.
     pub step: f64,
-    /// Tiles each worker holds at once (the one it renders and those queued behind it).
+    /// Tiles each worker holds at once (the one it renders and those queued behind it), at
+    /// most every tile.
     pub in_flight: usize,
 }
 
@@ -131,8 +132,12 @@ impl RenderParams {
         if !(self.step >= 0.01 && self.step <= 64.0) {
             return Err(format!("--step {}: 0.01 to 64 voxels", self.step));
         }
-        if self.in_flight == 0 {
-            return Err("--in-flight 0: a worker needs at least one tile".into());
+        if self.in_flight == 0 || self.in_flight > self.tiles() {
+            return Err(format!(
+                "--in-flight {}: 1 to the number of tiles ({}); a worker needs at least one",
+                self.in_flight,
+                self.tiles()
+            ));
         }
         Ok(())
     }

@@ -21,6 +21,27 @@ pub fn shrimp_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Output {
+    shrimp_within(
+        app,
+        nodes,
+        transport,
+        version,
+        extra,
+        env,
+        Duration::from_secs(120),
+    )
+}
+
+/// [`shrimp_env`] whose job is stopped, and the test failed, after `limit`.
+pub fn shrimp_within(
+    app: &str,
+    nodes: usize,
+    transport: &str,
+    version: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
     // `shrimp` starts the `vmmc-run` beside it: build it in this profile.
     launcher();
     let out = out_file(app, nodes, transport, version);
@@ -37,9 +58,43 @@ pub fn shrimp_env(
     .arg(&out)
     .args(extra)
     .envs(env.iter().copied());
-    let o = output_within(&mut cmd, Duration::from_secs(120));
+    let o = output_within(&mut cmd, limit);
     let _ = std::fs::remove_file(&out);
     o
+}
+
+/// The ranks' program straight under the launcher, `vmmc-run -n nodes launcher_args... --
+/// shrimp rank app --version version --size test extra...`, stopped (the test failed) after
+/// `limit`. Unlike `shrimp run`, whose launcher would outlive it, the launcher passes the
+/// stop on to the ranks, so a hung job ends with the test.
+pub fn rank_job(
+    app: &str,
+    nodes: usize,
+    launcher_args: &[&str],
+    version: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut cmd = Command::new(launcher());
+    cmd.args(["-n", &nodes.to_string()])
+        .args(launcher_args)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_shrimp"))
+        .args(["rank", app, "--version", version, "--size", "test"])
+        .args(extra)
+        .envs(env.iter().copied());
+    output_within(&mut cmd, limit)
+}
+
+/// Rank 0's report in what a job run by [`rank_job`] printed.
+pub fn rank_report(o: &Output) -> serde_json::Value {
+    let line = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SHRIMP-REPORT "))
+        .unwrap_or_else(|| panic!("no report\n{}", o.report()));
+    serde_json::from_str(line).expect("the report is JSON")
 }
 
 fn out_file(app: &str, nodes: usize, transport: &str, version: &str) -> PathBuf {
