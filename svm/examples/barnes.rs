@@ -5,8 +5,25 @@
 //! quadrant, and the cells' body counts must add up.
 //!
 //! `vmmc-run -n 4 [--transport sim] -- target/debug/examples/barnes [BODIES] [STEPS]`
+//! (the space is sized for BODIES unless `SVM_SPACE` is set).
+//!
+//! Every lock grant carries the write notices its receiver lacks, and with every node
+//! inserting into one tree these grow with the bodies: with some hundreds of thousands of
+//! bodies (300,000 on 4 processes under HLRC) they pass the default 4 MiB area that carries
+//! them, and the run stops with "write notices ... exceed the 4194304-byte area (raise
+//! SVM_NOTICE_AREA)". Raise it (`SVM_NOTICE_AREA=64M`).
 
-use svm::{Config, Placement, Svm};
+mod common;
+
+use common::Arg;
+use svm::{Placement, Svm};
+
+const USAGE: &str = "usage: barnes [BODIES] [STEPS]
+  BODIES  bodies inserted in the tree, 1 to 2^28 (default 2000)
+  STEPS   tree builds, at least 1 (default 2)
+under vmmc-run; SVM_PROTOCOL=hlrc|hlrc-au|aurc, SVM_SPACE (default: sized for BODIES);
+with some hundreds of thousands of bodies raise SVM_NOTICE_AREA (default 4M), which
+carries the locks' write notices";
 
 const EMPTY: u32 = 0;
 const BODY: u32 = 1 << 31;
@@ -28,14 +45,32 @@ fn quadrant((x, y): (f64, f64), (cx, cy, half): (f64, f64, f64)) -> (usize, (f64
 }
 
 fn main() -> Result<(), vmmc::Error> {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().ok());
-    let bodies = args.next().flatten().unwrap_or(2000);
-    let steps = args.next().flatten().unwrap_or(2);
+    let a = common::parse_args(
+        USAGE,
+        &[
+            Arg {
+                name: "BODIES",
+                min: 1,
+                default: 2000,
+            },
+            Arg {
+                name: "STEPS",
+                min: 1,
+                default: 2,
+            },
+        ],
+    );
+    let (bodies, steps) = (a[0], a[1]);
+    if bodies > 1 << 28 {
+        eprintln!("BODIES: {bodies} is more than 2^28\n{USAGE}");
+        std::process::exit(2);
+    }
+    let max_cells = 4 * bodies + 8;
     vmmc_run::run(|ep| -> vmmc::Result<()> {
-        let cfg = Config::from_env()?.space(16 << 20).locks(LOCKS + 1);
+        // Four words per cell.
+        let cfg = common::config(16 * max_cells)?.locks(LOCKS + 1);
         let mut s = Svm::new(ep, cfg)?;
         let (me, n) = (s.rank(), s.size());
-        let max_cells = 4 * bodies + 8;
         let cells = s.alloc::<u32>(4 * max_cells, Placement::RoundRobin)?;
         let next = s.alloc::<u32>(1, Placement::Node(0))?;
         for step in 0..steps {

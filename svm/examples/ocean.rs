@@ -5,8 +5,18 @@
 //! the same order per cell).
 //!
 //! `vmmc-run -n 4 [--transport sim] -- target/debug/examples/ocean [N] [SWEEPS]`
+//! (the space is sized for N unless `SVM_SPACE` is set). Nodes beyond the N rows have no
+//! rows of their own and only take part in the barriers and the residual.
 
-use svm::{Config, Placement, Svm};
+mod common;
+
+use common::Arg;
+use svm::{Placement, Svm};
+
+const USAGE: &str = "usage: ocean [N] [SWEEPS]
+  N       interior grid points per side, 1 to 16384 (default 126)
+  SWEEPS  Jacobi sweeps, at least 1 (default 10)
+under vmmc-run; SVM_PROTOCOL=hlrc|hlrc-au|aurc, SVM_SPACE (default: sized for N)";
 
 fn init(n: usize, i: usize, j: usize) -> f64 {
     if i == 0 || j == 0 || i == n + 1 || j == n + 1 {
@@ -35,12 +45,30 @@ fn sweep(src: &[f64], dst: &mut [f64], n: usize, r0: usize, r1: usize) -> f64 {
 }
 
 fn main() -> Result<(), vmmc::Error> {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().ok());
-    let n = args.next().flatten().unwrap_or(126);
-    let sweeps = args.next().flatten().unwrap_or(10);
+    let a = common::parse_args(
+        USAGE,
+        &[
+            Arg {
+                name: "N",
+                min: 1,
+                default: 126,
+            },
+            Arg {
+                name: "SWEEPS",
+                min: 1,
+                default: 10,
+            },
+        ],
+    );
+    let (n, sweeps) = (a[0], a[1]);
+    if n > 16384 {
+        eprintln!("N: {n} is more than 16384\n{USAGE}");
+        std::process::exit(2);
+    }
     let w = n + 2;
     vmmc_run::run(|ep| -> vmmc::Result<()> {
-        let mut s = Svm::new(ep, Config::from_env()?.space(16 << 20))?;
+        // Two grids of doubles.
+        let mut s = Svm::new(ep, common::config(2 * 8 * w * w)?)?;
         let (me, nodes) = (s.rank(), s.size());
         // Rows 1..=n in blocks; each block's pages at its node (a page holds whole rows only
         // when the row length divides it: the homes follow the rows, page by page).

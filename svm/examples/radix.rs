@@ -4,21 +4,38 @@
 //! a chain). Checks that the output is sorted and a permutation of the input.
 //!
 //! `vmmc-run -n 4 [--transport sim] -- target/debug/examples/radix [KEYS]`
-//! (`SVM_PROTOCOL=hlrc|hlrc-au|aurc`).
+//! (`SVM_PROTOCOL=hlrc|hlrc-au|aurc`; the space is sized for KEYS unless `SVM_SPACE` is set).
 
-use svm::{Config, Placement, Svm};
+mod common;
+
+use common::Arg;
+use svm::{Placement, Svm};
+
+const USAGE: &str = "usage: radix [KEYS]
+  KEYS  keys to sort, 1 to 2^31 (default 32768)
+under vmmc-run; SVM_PROTOCOL=hlrc|hlrc-au|aurc, SVM_SPACE (default: sized for KEYS)";
 
 const BITS: u32 = 8;
 const RADIX: usize = 1 << BITS;
 const PASSES: u32 = 2;
 
 fn main() -> Result<(), vmmc::Error> {
-    let keys: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1 << 15);
+    let keys = common::parse_args(
+        USAGE,
+        &[Arg {
+            name: "KEYS",
+            min: 1,
+            default: 1 << 15,
+        }],
+    )[0];
+    if keys > 1 << 31 {
+        eprintln!("KEYS: {keys} is more than 2^31\n{USAGE}");
+        std::process::exit(2);
+    }
     vmmc_run::run(|ep| -> vmmc::Result<()> {
-        let mut s = Svm::new(ep, Config::from_env()?.space(16 << 20))?;
+        // Two arrays of keys, two histograms of RADIX words per node.
+        let need = 2 * 4 * keys + 2 * 4 * RADIX * ep.size();
+        let mut s = Svm::new(ep, common::config(need)?)?;
         let (me, n) = (s.rank(), s.size());
         let per = keys.div_ceil(n);
         let (lo, hi) = ((me * per).min(keys), ((me + 1) * per).min(keys));

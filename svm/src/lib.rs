@@ -78,8 +78,9 @@
 //! ## Messages, notifications and polling
 //! Each node exports its copy of the space, a version table (per page, the last interval of
 //! each writer applied there) and a control buffer (see `wire`): an inbox ring per sender
-//! for diffs, version records and flag sets; a request and a forward slot per requester for
-//! page, lock and flag requests; a reply slot and grant and barrier-release mailboxes. What
+//! for diffs, version records and flag sets (with their write notices); a request slot per
+//! requester for page, lock and flag requests and a forward slot for lock requests passed
+//! on; a reply slot and grant and barrier-release mailboxes. What
 //! a node must *serve* while its program computes arrives with a notification, as in the
 //! SHRIMP SVM (seed 001 Table 3): page requests, lock requests and their forwards, flag
 //! waits, and the publication of diffs and version records. Replies (pages, grants, barrier
@@ -117,15 +118,21 @@
 //! put a third node in every hand-over, which with more processes than cores is usually
 //! asleep (the contended ping-pong of `bench-svm` on shm with 4 processes on 2 cores went
 //! from 190-1140 us per hand-over to a few microseconds). A node that holds a lock's token re-acquires it
-//! without messages. Flags (Radix's prefix tree) are kept by a manager that forwards
-//! waiters to the last setter, which grants them like a lock. Barriers are centralised at
-//! node 0, which merges the arrivals' write notices and checks that every node made the
-//! same collective call.
+//! without messages. Flags (Radix's prefix tree) are kept by a manager, node `flag mod N`:
+//! a set goes to it with the write notices it does not hold yet from the setter (which
+//! the manager keeps apart from what its own program has acquired), the flag keeps the
+//! largest value set, and the manager grants each wait, once the flag reaches its value,
+//! with every notice it holds that the waiter lacks: a wait sees the writes made before
+//! every set taken in before it was granted, whatever their order and values. Barriers
+//! are centralised at node 0, which merges the arrivals' write notices and checks that
+//! every node made the same collective call.
 //!
 //! ## Limits
 //! Diffs and AURC's propagation are word-granular: two nodes that write different bytes of
 //! one 4-byte word between synchronisations race (SPLASH-2 programs share words or larger).
-//! A node's program is one thread. Write notices are never garbage-collected. On sim, the
+//! A node's program is one thread. Write notices are never garbage-collected, and those a
+//! grant or a barrier release carries must fit `SVM_NOTICE_AREA` (default 4 MiB; the Barnes
+//! example passes it with some hundreds of thousands of bodies). On sim, the
 //! notification handler runs on its own thread outside the schedule: runs that rely on it
 //! are correct but their virtual times are not exactly repeatable.
 #![deny(missing_docs)]

@@ -30,7 +30,6 @@ pub(crate) struct Waiter {
 #[derive(Default)]
 pub(crate) struct FlagState {
     value: u32,
-    setter: u32,
     waiters: Vec<(Waiter, u32)>,
 }
 
@@ -46,8 +45,13 @@ pub(crate) struct State {
     pending: Vec<(usize, u32, usize, Vec<u32>)>,
     /// Vector timestamp: the last interval of each node whose write notices are known here.
     pub vt: Vec<u32>,
-    /// Write notices: `log[j][k - 1]` lists the pages node j wrote in its interval k.
+    /// Write notices: `log[j][k - 1]` lists the pages node j wrote in its interval k. It may
+    /// run ahead of `vt`: a flag's manager keeps the notices its setters send with their sets
+    /// ([`State::absorb`]), which its own program has not acquired.
     pub log: Vec<Vec<Vec<u32>>>,
+    /// Per sender: the write notices of its flag sets that are still arriving (a set's
+    /// notices may take several ring records; the set itself comes last).
+    set_notices: Vec<Vec<u32>>,
     /// Per lock: the node this one last knew to request it (Naimi and Tréhel's `last`,
     /// the probable tail of its queue); this node is the tail when it is itself.
     last: Vec<u16>,
@@ -231,6 +235,7 @@ impl State {
             pending: Vec::new(),
             vt: vec![0; n],
             log: vec![Vec::new(); n],
+            set_notices: vec![Vec::new(); n],
             last: (0..locks).map(|l| (l as usize % n) as u16).collect(),
             token: (0..locks).map(|l| l as usize % n == me).collect(),
             held: vec![false; locks as usize],
@@ -244,9 +249,20 @@ impl State {
     /// The write notices that a node knowing `known` lacks, as
     /// `[node, interval, count, pages...]*`.
     pub fn notices_since(&self, known: &[u32]) -> Vec<u32> {
+        self.notices_between(known, &self.vt)
+    }
+
+    /// As [`State::notices_since`], with every notice held here, also those only a flag's
+    /// setters sent (what a flag's grant hands over).
+    pub fn notices_held(&self, known: &[u32]) -> Vec<u32> {
+        let held: Vec<u32> = self.log.iter().map(|l| l.len() as u32).collect();
+        self.notices_between(known, &held)
+    }
+
+    fn notices_between(&self, known: &[u32], upto: &[u32]) -> Vec<u32> {
         let mut out = Vec::new();
         for (j, log) in self.log.iter().enumerate() {
-            for k in known[j] as usize + 1..=self.vt[j] as usize {
+            for k in known[j] as usize + 1..=upto[j] as usize {
                 let pages = &log[k - 1];
                 out.extend_from_slice(&[j as u32, k as u32, pages.len() as u32]);
                 out.extend_from_slice(pages);
@@ -280,10 +296,40 @@ impl State {
                 )));
             }
             self.vt[j] = k;
-            self.log[j].push(pages.to_vec());
+            // A flag's manager may hold it already (`absorb`).
+            if self.log[j].len() < k as usize {
+                self.log[j].push(pages.to_vec());
+            }
             new.push((j, k, pages.to_vec()));
         }
         Ok(new)
+    }
+
+    /// Keeps the notices a flag's setter sent with its set, for the flag's waiters; this
+    /// node's program has not acquired them (`vt` does not move).
+    fn absorb(&mut self, words: &[u32]) -> Result<()> {
+        let mut i = 0;
+        while i < words.len() {
+            let bad = || Error::Protocol("malformed write notices of a flag set".into());
+            let (j, k, c) = match words.get(i..i + 3) {
+                Some(&[j, k, c]) => (j as usize, k as usize, c as usize),
+                _ => return Err(bad()),
+            };
+            let pages = words.get(i + 3..i + 3 + c).ok_or_else(bad)?;
+            i += 3 + c;
+            let log = self.log.get_mut(j).ok_or_else(bad)?;
+            if k <= log.len() {
+                continue;
+            }
+            if k != log.len() + 1 {
+                return Err(Error::Protocol(format!(
+                    "write notices of node {j} with a flag set skip from interval {} to {k}",
+                    log.len()
+                )));
+            }
+            log.push(pages.to_vec());
+        }
+        Ok(())
     }
 }
 
@@ -845,7 +891,7 @@ impl Service {
             }
             let mut b = vec![0u8; len];
             self.ctl.read(base + pos + 8, &mut b)?;
-            self.record(st, kind, &b)?;
+            self.record(st, s, kind, &b)?;
             st.rpos[s] = st.rpos[s].wrapping_add(record_len(len) as u32);
         }
         let credit = st.rpos[s];
@@ -885,7 +931,7 @@ impl Service {
         Ok(())
     }
 
-    fn record(&self, st: &mut State, kind: u32, b: &[u8]) -> Result<()> {
+    fn record(&self, st: &mut State, from: usize, kind: u32, b: &[u8]) -> Result<()> {
         let mut r = Words::new(b);
         match kind {
             R_DIFF => {
@@ -917,9 +963,24 @@ impl Service {
                 }
                 self.pages_changed(st)
             }
+            R_NOTICES => {
+                if !b.len().is_multiple_of(4) {
+                    return Err(Error::Protocol(format!(
+                        "write notices of {} bytes",
+                        b.len()
+                    )));
+                }
+                st.set_notices[from].extend(
+                    b.chunks_exact(4)
+                        .map(|w| u32::from_ne_bytes(w.try_into().expect("word"))),
+                );
+                Ok(())
+            }
             R_FLAG_SET => {
-                let (flag, value, setter) = (r.next()?, r.next()?, r.next()?);
-                self.flag_set(st, flag, value, setter as usize)
+                let (flag, value) = (r.next()?, r.next()?);
+                let notices = std::mem::take(&mut st.set_notices[from]);
+                st.absorb(&notices)?;
+                self.flag_set(st, flag, value)
             }
             other => Err(Error::Protocol(format!("unknown record kind {other}"))),
         }
@@ -1076,15 +1137,18 @@ impl Service {
                 }
                 self.lock_request(st, m.id, w)
             }
-            // A flag's setter hands over what it knew when it set the flag (and since).
-            S_FLAG => self.grant(st, &w, S_FLAG),
             k => Err(Error::Protocol(format!("unknown forward kind {k}"))),
         }
     }
 
-    /// Sends the grant of a lock or flag with the write notices the requester lacks.
+    /// Sends the grant of a lock or flag with the write notices the requester lacks: a
+    /// lock's, those this node's program knows; a flag's, every one its manager holds.
     pub fn grant(&self, st: &mut State, w: &Waiter, kind: u32) -> Result<()> {
-        let notices = st.notices_since(&w.vt);
+        let notices = if kind == S_FLAG {
+            st.notices_held(&w.vt)
+        } else {
+            st.notices_since(&w.vt)
+        };
         self.queue_mailbox(
             &mut st.outbox,
             To::Ctl(w.from),
@@ -1104,30 +1168,35 @@ impl Service {
         Ok(())
     }
 
+    /// A wait for `flag` to reach `value` reached its manager (this node): granted at once
+    /// if it has, else when a set makes it. The grant carries every write notice the
+    /// manager holds: those of every set it has taken in (each set brings what its setter
+    /// knew, [`State::absorb`]), so the waiter sees every write made before any of them.
     pub fn flag_wait(&self, st: &mut State, flag: u32, value: u32, w: Waiter) -> Result<()> {
         let i = flag as usize / self.n;
         let f = st.flags.get_mut(i).ok_or(Error::FlagOutOfRange(flag, 0))?;
         if f.value >= value && value > 0 {
-            let setter = f.setter as usize;
-            self.forward_to(st, setter, S_FLAG, flag, w)
+            self.grant(st, &w, S_FLAG)
         } else {
             f.waiters.push((w, value));
             Ok(())
         }
     }
 
-    pub fn flag_set(&self, st: &mut State, flag: u32, value: u32, setter: usize) -> Result<()> {
+    /// A set of `flag` to `value` reached its manager (this node), its setter's write
+    /// notices taken in before: the flag keeps the largest value, and the waits that it
+    /// now satisfies are granted.
+    pub fn flag_set(&self, st: &mut State, flag: u32, value: u32) -> Result<()> {
         let i = flag as usize / self.n;
         let f = st.flags.get_mut(i).ok_or(Error::FlagOutOfRange(flag, 0))?;
         f.value = f.value.max(value);
-        f.setter = setter as u32;
         let now = f.value;
         let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut f.waiters)
             .into_iter()
             .partition(|(_, v)| *v <= now);
         f.waiters = stay;
         for (w, _) in go {
-            self.forward_to(st, setter, S_FLAG, flag, w)?;
+            self.grant(st, &w, S_FLAG)?;
         }
         Ok(())
     }

@@ -364,6 +364,9 @@ pub struct Svm {
     req_vt: RefCell<Vec<u32>>,
     epoch: u32,
     sent_to_barrier: u32,
+    /// Per node: the vector timestamp of the write notices this node has sent it with its
+    /// flag sets (as a flag's manager it holds them all, so the next set sends only newer).
+    told: Vec<Vec<u32>>,
     stats: RefCell<Stats>,
 }
 
@@ -513,6 +516,7 @@ impl Svm {
             req_vt: RefCell::new(Vec::new()),
             epoch: 0,
             sent_to_barrier: 0,
+            told: vec![vec![0; n]; n],
             stats: RefCell::new(Stats::default()),
             cfg,
         };
@@ -568,8 +572,10 @@ impl Svm {
     /// the same array, which starts on a page of its own; `place` says where its pages' homes
     /// are. Fresh memory reads as zeros.
     pub fn alloc<T: Pod>(&mut self, len: usize, place: Placement) -> Result<Shared<T>> {
+        // Saturating: a length whose bytes or pages overflow is out of space (below).
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
         let npages = bytes.div_ceil(self.page).max(1);
+        let whole = npages.checked_mul(self.page);
         let kind = match &place {
             Placement::RoundRobin => 1,
             Placement::Blocked => 2,
@@ -579,7 +585,7 @@ impl Svm {
         let sig = fnv(&[2, bytes as u64, std::mem::size_of::<T>() as u64, kind]);
         self.collective(sig, &[], "alloc (the same length, type size and placement)")?;
         let left = self.free_space();
-        if bytes == usize::MAX || npages * self.page > left {
+        if bytes == usize::MAX || whole.is_none_or(|b| b > left) {
             return Err(Error::OutOfSpace {
                 wanted: bytes,
                 left,
@@ -616,9 +622,17 @@ impl Svm {
         })
     }
 
-    /// The home node of element `i` of `a`.
-    pub fn home_of<T: Pod>(&self, a: &Shared<T>, i: usize) -> usize {
-        self.home[(a.off + i * std::mem::size_of::<T>()) >> self.shift] as usize
+    /// The home node of element `i` of `a` ([`Error::OutOfBounds`] past its end).
+    pub fn home_of<T: Pod>(&self, a: &Shared<T>, i: usize) -> Result<usize> {
+        let at = (i < a.len)
+            .then(|| a.off.checked_add(i * std::mem::size_of::<T>()))
+            .flatten()
+            .and_then(|off| self.home.get(off >> self.shift));
+        at.map(|&h| h as usize).ok_or(Error::OutOfBounds {
+            index: i,
+            len: 1,
+            size: a.len,
+        })
     }
 
     /// A view to read and write `a` until the next synchronisation.
@@ -1313,8 +1327,15 @@ impl Svm {
         Ok(())
     }
 
-    /// Sets `flag` to `value` (at least 1) with release semantics (SPLASH-2's `SETPAUSE`):
-    /// a node that waits for the value sees every write made here before.
+    /// Sets `flag` to `value` (at least 1) with release semantics (SPLASH-2's `SETPAUSE`).
+    /// A flag keeps the largest value it was set to; a node whose [`Svm::flag_wait`] for
+    /// it returns sees every write made (here or anywhere, as far as this node knew) before
+    /// every set of the flag that reached the flag's manager before the wait was granted,
+    /// the set that made the flag reach the value among them.
+    ///
+    /// The set goes to the flag's manager (node `flag mod N`) with the write notices it
+    /// does not hold yet from this node, and the manager grants the waits; so these notices
+    /// count towards `SVM_NOTICE_AREA` at its waiters.
     pub fn flag_set(&mut self, flag: u32, value: u32) -> Result<()> {
         self.check_flag(flag, value)?;
         let _in = self.svc.awake();
@@ -1322,19 +1343,26 @@ impl Svm {
         let mgr = flag as usize % self.n;
         if mgr == self.me {
             let mut st = self.svc.lock();
-            self.svc.flag_set(&mut st, flag, value, self.me)?;
-            self.svc.unlock(st)
-        } else {
-            self.ring_push(
-                mgr,
-                R_FLAG_SET,
-                &words_to_bytes(&[flag, value, self.me as u32]),
-            )?;
-            self.ring_publish(mgr)
+            self.svc.flag_set(&mut st, flag, value)?;
+            return self.svc.unlock(st);
         }
+        let notices = {
+            let st = self.svc.lock();
+            let notices = st.notices_since(&self.told[mgr]);
+            self.told[mgr].clone_from(&st.vt);
+            notices
+        };
+        // In records that fit the ring (a set's notices can be longer than one).
+        let most = (self.svc.lay.ring / 2 - 32) / 4;
+        for chunk in notices.chunks(most) {
+            self.ring_push(mgr, R_NOTICES, &words_to_bytes(chunk))?;
+        }
+        self.ring_push(mgr, R_FLAG_SET, &words_to_bytes(&[flag, value]))?;
+        self.ring_publish(mgr)
     }
 
-    /// Waits until `flag` is at least `value`, with acquire semantics (`WAITPAUSE`).
+    /// Waits until `flag` is at least `value`, with acquire semantics (`WAITPAUSE`): on
+    /// return this node sees what [`Svm::flag_set`] says. A node may wait on a flag it set.
     pub fn flag_wait(&mut self, flag: u32, value: u32) -> Result<()> {
         self.check_flag(flag, value)?;
         let _in = self.svc.awake();

@@ -1,7 +1,8 @@
 //! Where the protocol's messages land, and how they are framed.
 //!
 //! Every node exports a control buffer (`CTL`) with:
-//! - one *inbox ring* per sender: diffs, version updates and flag sets, a byte stream of
+//! - one *inbox ring* per sender: diffs, version updates and flag sets (with their setters'
+//!   write notices), a byte stream of
 //!   `[kind, len, payload]` records padded to 16 bytes, published by a separate *tail* word
 //!   written after the records (deliberate updates from one sender stay in order), and
 //!   flow-controlled by *credit* words the receiver writes back into the sender's `CTL`;
@@ -26,6 +27,8 @@ pub(crate) const R_WRAP: u32 = 1;
 pub(crate) const R_DIFF: u32 = 2;
 pub(crate) const R_VERSION: u32 = 3;
 pub(crate) const R_FLAG_SET: u32 = 4;
+/// Write notices that go with the flag set that follows them.
+pub(crate) const R_NOTICES: u32 = 5;
 
 /// Slot kinds.
 pub(crate) const S_LOCK: u32 = 1;

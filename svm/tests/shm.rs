@@ -47,6 +47,36 @@ fn aurc_on_4_processes() {
     every_scenario("aurc_on_4_processes", 4, Protocol::Aurc);
 }
 
+fn flags(name: &str, scenario: fn(&mut Svm) -> svm::Result<()>) {
+    for p in Protocol::ALL {
+        for ranks in [2, 3] {
+            Job::new(name, ranks)
+                .limit(Duration::from_secs(60))
+                .env("SVM_PROTOCOL", p.name())
+                .run_ok(|| {
+                    let mut s = space(p);
+                    scenario(&mut s).expect("scenario");
+                    s.finish().expect("finish");
+                });
+        }
+    }
+}
+
+/// A node waits on a flag it set itself, the flag's manager being another node.
+#[test]
+fn a_flag_setter_waits_on_its_own_flag() {
+    flags("a_flag_setter_waits_on_its_own_flag", common::flag_own_set);
+}
+
+/// A flag wait sees the writes before the flag's largest set, not only before its last.
+#[test]
+fn a_flag_wait_sees_the_largest_set() {
+    flags(
+        "a_flag_wait_sees_the_largest_set",
+        common::flag_largest_set_wins,
+    );
+}
+
 /// The protocol comes from the environment: the same code under each.
 #[test]
 fn protocol_chosen_at_run_time() {
@@ -84,8 +114,22 @@ fn bad_calls_are_clear_errors() {
             s.flag_set(1 << 20, 1),
             Err(Error::FlagOutOfRange(..))
         ));
+        // A length whose whole pages overflow the address space (once a panic in debug
+        // builds and, wrapped in release builds, an attempt at 2^52 pages).
+        let e = s
+            .alloc::<u8>(usize::MAX - 1, Placement::RoundRobin)
+            .unwrap_err();
+        assert!(matches!(e, Error::OutOfSpace { .. }), "{e}");
         let a = s.alloc::<u32>(10, Placement::RoundRobin).unwrap();
         assert!(matches!(s.view(a).get(10), Err(Error::OutOfBounds { .. })));
+        assert!(s.home_of(&a, 9).unwrap() < s.size());
+        for i in [10, usize::MAX / 2] {
+            let e = s.home_of(&a, i).unwrap_err();
+            assert!(
+                matches!(e, Error::OutOfBounds { index, .. } if index == i),
+                "{e}"
+            );
+        }
         // Node 0 allocates 100 elements, node 1 200: both hear of it.
         let n = if s.rank() == 0 { 100 } else { 200 };
         let e = s.alloc::<u32>(n, Placement::RoundRobin).unwrap_err();

@@ -70,6 +70,46 @@ fn aurc_on_16_nodes() {
     check(16, Protocol::Aurc);
 }
 
+/// Runs `scenario` under every protocol on 2 and 3 nodes; a run that has not ended within
+/// two minutes of host time fails the test (a hang is the failure it looks for).
+fn flags(scenario: fn(&mut Svm) -> svm::Result<()>) {
+    for p in Protocol::ALL {
+        for nodes in [2, 3] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let sim = Sim::new(nodes, Params::default()).expect("sim");
+                let out = sim.run(|ep| {
+                    let mut s = Svm::new(ep, common::config(p)).expect("space");
+                    scenario(&mut s).expect("scenario");
+                    s.finish().expect("finish");
+                });
+                let _ = tx.send(out);
+            });
+            let out = rx
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .unwrap_or_else(|e| panic!("{p} on {nodes} nodes: no end ({e})"));
+            for (r, o) in out.iter().enumerate() {
+                assert!(
+                    matches!(o, Outcome::Returned(())),
+                    "{p} on {nodes} nodes: node {r} {o:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A node waits on a flag it set itself, the flag's manager being another node.
+#[test]
+fn a_flag_setter_waits_on_its_own_flag_on_sim() {
+    flags(common::flag_own_set);
+}
+
+/// A flag wait sees the writes before the flag's largest set, not only before its last.
+#[test]
+fn a_flag_wait_sees_the_largest_set_on_sim() {
+    flags(common::flag_largest_set_wins);
+}
+
 /// A node that dies is reported to the others, in virtual time too.
 #[test]
 fn a_dead_node_is_reported_on_sim() {

@@ -260,6 +260,116 @@ pub fn flag_chain(s: &mut Svm) -> Result<()> {
     Ok(())
 }
 
+/// A flag whose manager (node `flag mod N`) is another node: node 0 sets it, then waits on
+/// it itself (its manager once sent such a waiter to the last setter, here the waiter, whose
+/// own forward slot nobody reads: it hung); node 1 waits too and sees node 0's write.
+pub fn flag_own_set(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    if n < 2 {
+        return Ok(());
+    }
+    let flag = (1000 / n * n + 1) as u32; // managed by node 1
+    let x = s.alloc::<u32>(1, Placement::Node(n - 1))?;
+    let _ = s.view(x).get(0)?;
+    s.barrier()?;
+    match me {
+        0 => {
+            s.view(x).set(0, 7)?;
+            s.flag_set(flag, 1)?;
+            s.flag_wait(flag, 1)?;
+        }
+        1 => {
+            s.flag_wait(flag, 1)?;
+            assert_eq!(s.view(x).get(0)?, 7, "node 1 after the flag");
+        }
+        _ => {}
+    }
+    s.barrier()
+}
+
+/// Raw one-word signals between the nodes, outside the shared space (so that they carry no
+/// write notices): node `a` raises signal `i` at node `b`, node `b` waits for it.
+pub struct Signals {
+    ep: vmmc::Endpoint,
+    words: vmmc::Region,
+}
+
+const SIGNALS: u32 = 0x2356_7E11;
+
+impl Signals {
+    /// Collective (every node exports its words, then a barrier).
+    pub fn new(s: &mut Svm) -> Result<Signals> {
+        let ep = s.endpoint().clone();
+        let words = ep.alloc(4096, vmmc::MemKind::Shared)?;
+        ep.export(SIGNALS, &words, vmmc::ExportOptions::new())?;
+        s.barrier()?;
+        Ok(Signals { ep, words })
+    }
+    pub fn raise(&self, to: usize, i: usize) -> Result<()> {
+        let p = self.ep.import(self.ep.proc_of(to)?, SIGNALS)?;
+        p.send(4 * i, &1u32.to_ne_bytes())?;
+        Ok(())
+    }
+    pub fn wait(&self, from: usize, i: usize) -> Result<()> {
+        let peer = self.ep.proc_of(from)?;
+        self.words
+            .wait_u32(4 * i, |v| v == 1, || self.ep.check_peer(peer))?;
+        Ok(())
+    }
+}
+
+/// A flag keeps its largest value, and a wait for it sees the writes made before the set
+/// that gave it that value even when a smaller set (by a node that never saw them) reached
+/// the manager later: node 1 writes x and sets the flag to 2; then node 2 (node 0 on two
+/// nodes), which knows nothing of x, sets it to 1; then node 0, the flag's manager, waits
+/// for 2 and must see x. The manager once granted the wait with the notices of the last
+/// setter. The order of the sets is made with raw signals, and node 0 takes both sets in
+/// (an acquire serves first) before its wait.
+pub fn flag_largest_set_wins(s: &mut Svm) -> Result<()> {
+    let (me, n) = (s.rank(), s.size());
+    if n < 2 {
+        return Ok(());
+    }
+    let flag = (1000 / n * n) as u32; // managed by node 0
+    let lock = (1000 / n * n) as u32; // its token at node 0, used by nobody else
+    let small = if n >= 3 { 2 } else { 0 };
+    let sig = Signals::new(s)?;
+    let x = s.alloc::<u32>(1, Placement::Node(1))?;
+    // Every node caches x's page (zero).
+    assert_eq!(s.view(x).get(0)?, 0);
+    s.barrier()?;
+    if me == 1 {
+        s.view(x).set(0, 42)?;
+        s.flag_set(flag, 2)?;
+        sig.raise(small, 0)?;
+    }
+    if me == small {
+        sig.wait(1, 0)?;
+        if me == 0 {
+            s.acquire(lock)?;
+            s.release(lock)?;
+        }
+        s.flag_set(flag, 1)?;
+        if me != 0 {
+            sig.raise(0, 1)?;
+        }
+    }
+    if me == 0 {
+        if small != 0 {
+            sig.wait(small, 1)?;
+            s.acquire(lock)?;
+            s.release(lock)?;
+        }
+        s.flag_wait(flag, 2)?;
+        assert_eq!(
+            s.view(x).get(0)?,
+            42,
+            "node 0 after waiting for the flag's 2"
+        );
+    }
+    s.barrier()
+}
+
 /// Cursors and scans: every node writes runs that cross pages homed elsewhere through write
 /// cursors, then every node scans the whole array in place; elements that straddle pages
 /// (3 bytes each) take the checked path; misuse is a clear error.
