@@ -5,23 +5,11 @@ mod common;
 
 use common::as_job;
 use nx::{Info, Nx, NxError};
+use vmmc_run::testing::pattern;
 
 fn nx() -> Nx {
     let ep = vmmc_run::init().expect("join the job");
     Nx::new(ep).expect("join NX")
-}
-
-/// Deterministic message contents: a function of (seed, index).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Panics with the first difference (never with the whole buffers).

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use vecho::{node, pair, VechoV1Client, VechoV1Server, VechoV1Service};
-use vmmc_run::testing::{Job, Output};
+use vmmc_run::testing::{pattern, Job, Output};
 
 /// `set_value` with this value ends the server process abruptly (the dead-server test).
 const DIE: i64 = -0xdead;
@@ -62,19 +62,6 @@ impl VechoV1Server for Impl {
     fn get_value(&self) -> i64 {
         self.value.load(Ordering::SeqCst)
     }
-}
-
-/// Deterministic contents: a function of (seed, length).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn list(names: &[&str]) -> Option<Box<node>> {
