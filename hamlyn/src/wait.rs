@@ -57,7 +57,7 @@ impl Waiter {
 /// The clock reading (of [`now_ns`]) `timeout` from now; `None` for none. A time-out too
 /// long for the clock is a wait without one.
 pub fn deadline_after(timeout: Option<std::time::Duration>) -> Option<u64> {
-    timeout.map(|t| now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
+    vmmc::pace::deadline_after(timeout)
 }
 
 /// Nanoseconds on the calling thread's clock (virtual under the simulator).

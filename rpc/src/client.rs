@@ -171,7 +171,8 @@ impl<S: Stream> Timed<S> {
             self.stream.set_timeouts(timeout)?;
             self.applied = timeout;
         }
-        self.deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long for the clock is no deadline.
+        self.deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         Ok(())
     }
 
@@ -428,18 +429,26 @@ impl Call for UdpClient {
             (prog, vers, procedure),
             args,
         )?;
-        let deadline = Instant::now() + self.timeout;
-        let mut resend_at = Instant::now();
+        // A timeout (or retry interval) too long for the clock is none.
+        let deadline = Instant::now().checked_add(self.timeout);
+        let mut resend_at = Some(Instant::now());
         loop {
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Timeout);
             }
-            if now >= resend_at {
+            if resend_at.is_some_and(|r| now >= r) {
                 self.socket.send(&self.request)?;
-                resend_at = now + self.retry;
+                resend_at = now.checked_add(self.retry);
             }
-            let wait = resend_at.min(deadline).saturating_duration_since(now);
+            let next = match (resend_at, deadline) {
+                (Some(r), Some(d)) => Some(r.min(d)),
+                (r, d) => r.or(d),
+            };
+            // No bound at all: wait in steps of a day (a receive timeout must be finite).
+            let wait = next.map_or(Duration::from_secs(86_400), |n| {
+                n.saturating_duration_since(now)
+            });
             self.socket
                 .set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
             match self.socket.recv(&mut self.reply) {

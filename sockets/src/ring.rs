@@ -134,9 +134,6 @@ const SPIN: Duration = Duration::from_micros(200);
 /// Longest single sleep: bounds the cost of a wake-up drained by another thread of this
 /// process before this one started to sleep (a sleeping program wakes 50 times a second).
 pub const MAX_SLEEP: Duration = Duration::from_millis(20);
-/// Timeouts from this long up (over a century) are waits without end: deadlines stay
-/// within what `Instant` can represent.
-const FOREVER: Duration = Duration::from_secs(1 << 32);
 /// A write publishes its tail at least every this many bytes, so the reader starts copying
 /// out while the writer still copies in, on lines still in the caches.
 const CHUNK: usize = 32 << 10;
@@ -280,7 +277,7 @@ fn write_failed(e: vmmc::Error) -> io::Error {
 
 /// The deadline `t` from now on the calling thread's clock (virtual on the simulator).
 pub(crate) fn deadline(t: Option<Duration>) -> Option<u64> {
-    t.map(|t| vmmc::pace::now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
+    vmmc::pace::deadline_after(t)
 }
 
 impl Peer {
@@ -600,8 +597,7 @@ impl Conn {
         } else {
             &self.write_timeout
         };
-        // A timeout no clock can reach (`SO_RCVTIMEO` of `LONG_MAX` seconds) is none.
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = t.filter(|t| *t < FOREVER);
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = t;
         Ok(())
     }
 

@@ -11,7 +11,7 @@
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What a transport with its own notion of time provides to the threads it runs.
 pub trait Pacer: Send + Sync {
@@ -110,6 +110,12 @@ pub fn now_ns() -> u64 {
     }
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The reading of [`now_ns`] `timeout` from now (`None`: no deadline). A timeout too long
+/// for the clock is a wait without end: it never overflows.
+pub fn deadline_after(timeout: Option<Duration>) -> Option<u64> {
+    timeout.map(|t| now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)))
 }
 
 /// Spawns a thread that inherits the calling thread's pacer (for the core's own threads).

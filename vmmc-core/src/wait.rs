@@ -762,9 +762,10 @@ impl<'a> Wait<'a> {
     }
 
     /// Bounds each sleep so that it ends by `timeout` from now (the caller's loop still
-    /// decides when the wait as a whole times out).
+    /// decides when the wait as a whole times out). A timeout too long for the clock bounds
+    /// nothing.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.deadline = timeout.map(|t| Instant::now() + t);
+        self.deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         self
     }
 
@@ -972,6 +973,19 @@ mod tests {
     static T: Site = Site::new("test.wait");
     /// The tests that set the process's mode take turns.
     static MODE_LOCK: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_timeout_too_long_for_the_clock_bounds_nothing() {
+        let w = Wait::new(&T).timeout(Some(Duration::MAX));
+        assert_eq!(w.deadline, None);
+        let w = Wait::new(&T).timeout(Some(Duration::from_secs(1)));
+        assert!(w.deadline.is_some());
+        assert_eq!(
+            crate::pace::deadline_after(Some(Duration::MAX)),
+            Some(u64::MAX)
+        );
+        assert_eq!(crate::pace::deadline_after(None), None);
+    }
 
     #[test]
     fn a_sleeping_waiter_wakes_when_the_writer_rings() {

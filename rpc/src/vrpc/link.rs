@@ -73,9 +73,7 @@ pub(crate) fn export_queue(
 
 /// The deadline `timeout` from now on the calling thread's clock.
 fn deadline(timeout: Option<Duration>) -> Option<u64> {
-    timeout.map(|t| {
-        vmmc::pace::now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
-    })
+    vmmc::pace::deadline_after(timeout)
 }
 
 /// Imports buffer `id` of `owner`, giving up if the owner dies or the timeout passes (a
