@@ -429,6 +429,7 @@ impl ServerBuilder {
             server.threads.push(
                 std::thread::Builder::new()
                     .name("rpc-udp".into())
+                    .stack_size(crate::xdr::SERVER_STACK)
                     .spawn(move || udp_loop(socket, shared))?,
             );
         }
@@ -483,6 +484,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let conn_shared = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("rpc-conn".into())
+            .stack_size(crate::xdr::SERVER_STACK)
             .spawn(move || {
                 serve_connection(stream, &conn_shared);
                 lock(&conn_shared.conns).remove(&id);

@@ -189,6 +189,7 @@ impl VrpcServerBuilder {
         let pacer = vmmc::pace::current();
         let thread = std::thread::Builder::new()
             .name("vrpc-server".into())
+            .stack_size(crate::xdr::SERVER_STACK)
             .spawn(move || {
                 vmmc::pace::install(pacer);
                 core.run(&|| stop_flag.load(Ordering::Acquire), false)
