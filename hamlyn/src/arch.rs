@@ -27,10 +27,12 @@
 //!   guarantee is at page granularity as in seed 000: a sender may scribble anywhere in the
 //!   whole pages of its own ring, which only ever produces packets the receiving side checks
 //!   like any other; it cannot reach another sender's ring (import refused) nor any slot.
-//! * The sending library checks only that a message lies in its ticket's window (an early,
-//!   clear error for the sender's own mistake, [`Error::TooLarge`]); keys and bounds are the
-//!   receiver's to enforce, as a receiving interface would, and it enforces them whatever the
-//!   ticket says (a ticket's fields can be anything).
+//! * The sending library's one protection check is that a message lies in its ticket's window
+//!   (an early, clear error for the sender's own mistake, [`Error::TooLarge`]; it also refuses
+//!   malformed requests: metadata over 60 bytes, a fast message over one packet, a group value
+//!   below the packet count, an unknown rank); keys and bounds are the receiver's to enforce,
+//!   as a receiving interface would, and it enforces them whatever the ticket says (a
+//!   ticket's fields can be anything).
 //!
 //! # Differences from the hardware
 //!
@@ -1914,7 +1916,12 @@ impl Hamlyn {
     /// itself.
     fn anyone_to_wait_for(&self) -> Result<()> {
         let others = (0..self.inc.len() as u32).filter(|&r| r != self.me);
-        if self.inc.len() < 2 || !self.wq.is_empty() || others.clone().any(|r| self.peer_alive(r)) {
+        let alive = |r: u32| {
+            self.ep
+                .proc_of(r as usize)
+                .is_ok_and(|p| self.ep.peer_alive(p))
+        };
+        if self.inc.len() < 2 || !self.wq.is_empty() || others.clone().any(alive) {
             return Ok(());
         }
         let ranks: Vec<String> = others.map(|r| r.to_string()).collect();

@@ -251,6 +251,8 @@ pub(crate) struct State {
     /// Whether peers were told the current want-notifications state.
     want_known: bool,
     next_mid: Mid,
+    /// Whether the ids wrapped at [`MID_LIMIT`]: only then may the next one be in use.
+    mids_wrapped: bool,
     large: HashMap<u32, LargeSend>,
     next_large: u32,
     awaiting: HashMap<(usize, BufId), Mid>,
@@ -341,12 +343,14 @@ pub const MID_LIMIT: Mid = 1 << 30;
 fn next_mid(st: &mut State) -> Mid {
     loop {
         st.next_mid = if st.next_mid + 1 >= MID_LIMIT {
+            st.mids_wrapped = true;
             1
         } else {
             st.next_mid + 1
         };
         let m = st.next_mid;
-        if !st.reqs.contains_key(&m) && !st.send_handlers.contains_key(&m) {
+        // Before the first wrap every id is new: no look-up on the request path.
+        if !st.mids_wrapped || (!st.reqs.contains_key(&m) && !st.send_handlers.contains_key(&m)) {
             return m;
         }
     }
@@ -389,6 +393,7 @@ impl Core {
                 completions: 0,
                 want_known: true,
                 next_mid: 0,
+                mids_wrapped: false,
                 large: HashMap::new(),
                 next_large: 0,
                 awaiting: HashMap::new(),

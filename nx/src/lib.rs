@@ -594,8 +594,9 @@ impl Nx {
     /// A handler receive that fails (the message is longer than `buf`: [`NxError::MessageTooLong`];
     /// its sender could not write the data) does not run its handler: nobody waits for the
     /// receive, so its error is returned by the process's next call that waits or polls (a
-    /// blocking call, `msgwait`, `msgdone`, `iprobe`, [`Nx::poll`]), as NX reports an error
-    /// of its own.
+    /// blocking call that has to wait, `msgwait`, `msgdone`, `iprobe`, [`Nx::poll`]; a `crecv`
+    /// whose message is already there or a short `csend` that goes at once does not look), as
+    /// NX reports an error of its own.
     pub fn hrecvx(
         &self,
         typesel: i64,

@@ -36,8 +36,9 @@
  * held while masktrap(1) is in force. They may call NX (and post handler receives again).
  * A handler receive that fails (a message longer than its buffer: EQMSGLONG; a sender that
  * could not write the data) does not run its handler; the process's next call that waits or
- * polls (a blocking call, msgwait, msgdone, iprobe, flick) reports the error: the plain forms
- * print it and exit, the underscore forms return -1 with errno.
+ * polls (a blocking call that has to wait, msgwait, msgdone, iprobe, flick; a crecv whose
+ * message is already there or a short csend that goes at once does not look) reports the
+ * error: the plain forms print it and exit, the underscore forms return -1 with errno.
  *
  * Old programs: the declarations follow the Paragon's nx.h (void * buffers, long arguments,
  * void results where NX has them), so that programs written for it build unchanged, K&R C
