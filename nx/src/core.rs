@@ -719,15 +719,7 @@ impl Core {
                 Err(NxError::PeerLost { .. }) => {
                     // Nobody will take them: drop what was for that peer.
                     let mut st = self.lock();
-                    let ids: Vec<u32> = st
-                        .large
-                        .iter()
-                        .filter(|(_, l)| l.dest == p)
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for id in ids {
-                        st.forget_large(id);
-                    }
+                    st.forget_large_to(p);
                     if let Some(x) = st.peers[p].as_mut() {
                         x.queue.clear();
                     }
@@ -2140,20 +2132,25 @@ impl State {
     /// While this process finishes: drops the messages for peers that are finishing too
     /// (they receive nothing more), zero-copy sends and queued messages alike. The words of
     /// the protocol queued for them stay: their own sends may wait for those.
+    /// Forgets every zero-copy send to `p`.
+    fn forget_large_to(&mut self, p: usize) {
+        let ids: Vec<u32> = self
+            .large
+            .iter()
+            .filter(|(_, l)| l.dest == p)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.forget_large(id);
+        }
+    }
+
     fn discard_for_finishing(&mut self) {
         for p in 0..self.n {
             if !self.peers[p].as_ref().is_some_and(|x| x.finishing) {
                 continue;
             }
-            let ids: Vec<u32> = self
-                .large
-                .iter()
-                .filter(|(_, l)| l.dest == p)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ids {
-                self.forget_large(id);
-            }
+            self.forget_large_to(p);
             self.peer(p)
                 .queue
                 .retain(|o| !matches!(o.hdr.kind & !FLAGS, K_MSG | K_SCOUT));
