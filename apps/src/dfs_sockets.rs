@@ -77,6 +77,7 @@
 //!   disk I/O; the sequential and one-node runs read from the node's cache only.
 
 use crate::coll::Coll;
+use crate::idle::Idle;
 use crate::kernels::dfs::{self, BlockId, DfsParams, Layout, NodeCache, Reader, Sources};
 use crate::{AppError, AppResult, Params, Report, Size, Stats, Version};
 use sockets::{JobListener, Options, Variant, VmmcStream, BACKLOG};
@@ -358,7 +359,7 @@ impl Node<'_> {
         }
         let mut done_msgs = 0;
         let mut finished_at = None;
-        let mut idle = Idle::default();
+        let mut idle = Idle::new(&WAIT_SITE);
         loop {
             let mut progress = false;
             for i in 0..self.incoming.len() {
@@ -432,32 +433,8 @@ impl Node<'_> {
     }
 }
 
-/// How the event loop waits when nothing was ready: by the core's one policy
-/// ([`vmmc::wait`]): through the pacer on the simulator; elsewhere spin while that pays, yield
-/// where ranks outnumber cores, then sleep on the process's doorbell, which the peers'
-/// transfers into this node's rings ring.
-#[derive(Default)]
-struct Idle {
-    wait: Option<vmmc::wait::Wait<'static>>,
-}
-
 /// DFS-sockets' waits, in `vmmc::wait`'s counts.
 static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("apps.dfs");
-
-impl Idle {
-    fn reset(&mut self) {
-        self.wait = None;
-    }
-
-    /// Waits a little; whether the wait is past its spin (then the caller checks its peers).
-    fn wait(&mut self) -> bool {
-        let w = self
-            .wait
-            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE));
-        w.idle();
-        w.resting()
-    }
-}
 
 /// Runs DFS-sockets on this node (see [`crate::RunFn`]).
 pub fn run(ep: &Endpoint, params: &Params) -> AppResult<Option<Report>> {
@@ -524,7 +501,7 @@ pub fn run(ep: &Endpoint, params: &Params) -> AppResult<Option<Report>> {
         }
         // A connection holds its backlog slot until its side learns of the accept (on its
         // first use): learn it now, so that the next round finds the slots free.
-        let mut idle = Idle::default();
+        let mut idle = Idle::new(&WAIT_SITE);
         for c in clients.iter().take(these.end).skip(these.start) {
             for (q, s) in c.conns.iter().enumerate() {
                 let Some(s) = s else { continue };

@@ -104,6 +104,7 @@ pub mod barnes_nx;
 pub mod barnes_svm;
 pub mod coll;
 pub mod dfs_sockets;
+mod idle;
 pub mod job;
 pub mod kernels;
 pub mod ocean_nx;

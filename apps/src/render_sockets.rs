@@ -47,6 +47,7 @@
 //! default [`DEFAULT_IMAGE`]). `--inject-fault` makes the highest rank flip a bit of the
 //! first tile it renders.
 
+use crate::idle::Idle;
 use crate::kernels::render::{
     coverage, diff, generate_volume, place_tile, write_png, RenderParams, Renderer, View, Volume,
 };
@@ -277,33 +278,8 @@ impl Worker {
     }
 }
 
-/// The controller's wait when no connection is readable, by the core's one policy
-/// ([`vmmc::wait`]; the workers' transfers into its rings ring the process's doorbell).
-struct Idle {
-    wait: Option<vmmc::wait::Wait<'static>>,
-}
-
 /// Render-sockets' waits, in `vmmc::wait`'s counts.
 static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("apps.render");
-
-impl Idle {
-    fn new() -> Idle {
-        Idle { wait: None }
-    }
-
-    /// Waits a turn; whether the wait is past its spin (then the caller checks its peers).
-    fn wait(&mut self) -> bool {
-        let w = self
-            .wait
-            .get_or_insert_with(|| vmmc::wait::Wait::new(&WAIT_SITE));
-        w.idle();
-        w.resting()
-    }
-
-    fn reset(&mut self) {
-        self.wait = None;
-    }
-}
 
 fn controller(
     ep: &Endpoint,
@@ -330,7 +306,7 @@ fn controller(
             .map_err(|e| comm("listen", e))?;
         let mut connected = vec![false; n];
         connected[0] = true;
-        let mut idle = Idle::new();
+        let mut idle = Idle::new(&WAIT_SITE);
         for _ in 1..n {
             let (s, rank) = loop {
                 match listener.accept() {
@@ -395,7 +371,7 @@ fn controller(
         }
     } else {
         let mut done = 0;
-        let mut idle = Idle::new();
+        let mut idle = Idle::new(&WAIT_SITE);
         while done < tiles {
             let mut progress = false;
             // One tile to each worker a turn, while it holds fewer than `in_flight` and its
