@@ -240,19 +240,38 @@ impl TaggedReceiver {
     /// `get_specific_tag`: waits up to `timeout` (`None`: forever) for `tag` (other tags stay
     /// queued); [`Error::PeerLost`] when it has not arrived and no other rank of the job is
     /// alive to send it.
+    #[inline]
     pub fn get_specific_tag(
         &mut self,
         h: &mut Hamlyn,
         tag: u32,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        if let Some(i) = self.tags.iter().position(|&t| t == tag) {
-            self.tags.remove(i);
-            return Ok(());
+        if !self.tags.is_empty() {
+            if let Some(i) = self.tags.iter().position(|&t| t == tag) {
+                self.tags.remove(i);
+                return Ok(());
+            }
         }
+        // The tag has arrived and waits at the head of its link: taken here, with no loop
+        // to set up.
+        match h.take_fast(self.class)? {
+            Fast::Took(e) if e.word == tag => Ok(()),
+            next => self.wait_specific_tag(h, tag, timeout, next),
+        }
+    }
+
+    /// [`TaggedReceiver::get_specific_tag`]'s loop, from what the first look found.
+    #[inline(never)]
+    fn wait_specific_tag(
+        &mut self,
+        h: &mut Hamlyn,
+        tag: u32,
+        timeout: Option<Duration>,
+        mut next: Fast,
+    ) -> Result<()> {
         let deadline = crate::wait::deadline_after(timeout);
         let mut w: Option<Waiter> = None;
-        let mut next = h.take_fast(self.class)?;
         loop {
             // The fast path first: a tagged write for this receiver is placed the moment it
             // lands; with nothing in the links, wait on their next sequence words alone and
