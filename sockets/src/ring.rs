@@ -97,6 +97,23 @@ pub const DEFAULT_CAPACITY: usize = 1 << 20;
 /// A ring's waits, in `vmmc::wait`'s counts.
 static WAIT_SITE: vmmc::wait::Site = vmmc::wait::Site::new("sockets");
 
+/// The calling thread's count of signal handlers that interrupt a blocking call (see
+/// [`set_interruptions`]).
+static INTERRUPTIONS: OnceLock<fn() -> u64> = OnceLock::new();
+
+/// Makes a blocking call on a connection (a read or write waiting in its rings) fail with
+/// `EINTR` once `count` changes during its wait: `count` is the calling thread's count of the
+/// signal handlers that should interrupt it (the interposer counts those installed without
+/// `SA_RESTART`, as the kernel interrupts a socket's read and write). Without it nothing
+/// interrupts a wait. The first call sets it.
+pub fn set_interruptions(count: fn() -> u64) {
+    let _ = INTERRUPTIONS.set(count);
+}
+
+fn interruptions() -> u64 {
+    INTERRUPTIONS.get().map_or(0, |count| count())
+}
+
 /// A side's sleep, for the core's policy: armed by its `WAITS_*` word in the peer's ring,
 /// woken by the peer's wake-up (a byte on the setup socket; on the job path a notification).
 struct RingSleep<'a> {
@@ -724,9 +741,13 @@ impl Conn {
         let mut wait = vmmc::wait::Wait::on(&WAIT_SITE, &sleeper)
             .spin_budget(budget, SPIN)
             .timeout(timeout);
+        let signals = interruptions();
         loop {
             if ready() {
                 return Ok(());
+            }
+            if interruptions() != signals {
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
             }
             if wait.resting() {
                 if let Some(j) = self.job() {
@@ -759,7 +780,8 @@ impl Conn {
             match self.recv_once(&mut buf[got..], flags) {
                 Ok(0) => break,
                 Ok(n) => got += n,
-                Err(e) if got > 0 && e.kind() != io::ErrorKind::Interrupted => break,
+                // What arrived before an error or a signal is returned, as the kernel does.
+                Err(_) if got > 0 => break,
                 Err(e) => return Err(e),
             }
         }

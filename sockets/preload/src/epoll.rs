@@ -360,6 +360,10 @@ impl EpollSet {
         let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let mut got = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
         let (mut turn, mut spin) = (0u32, crate::poll::spin());
+        // A handler that runs while the rings are watched ends the call, as the kernel ends
+        // an epoll_wait (whatever the handler's `SA_RESTART`).
+        let signals = crate::signals::handled();
+        let interrupted = || crate::signals::handled() != signals;
         // Spin: rings every turn, the kernel now and then.
         loop {
             let mut n = self.ready(out);
@@ -373,6 +377,10 @@ impl EpollSet {
             if n > 0 || left() == Some(Duration::ZERO) {
                 return n as i32;
             }
+            if interrupted() {
+                crate::set_errno(libc::EINTR);
+                return -1;
+            }
             if spin.over() {
                 break;
             }
@@ -384,6 +392,10 @@ impl EpollSet {
             let n = self.ready(out);
             if n == out.len() {
                 break n as i32;
+            }
+            if n == 0 && interrupted() {
+                crate::set_errno(libc::EINTR);
+                break -1;
             }
             let mut sleep = sockets::ring::MAX_SLEEP;
             if let Some(l) = left() {
@@ -407,7 +419,10 @@ impl EpollSet {
                 break n as i32;
             }
         };
+        // Disarming may touch `errno`; a failure keeps the one it had.
+        let e = crate::errno();
         self.arm(false);
+        crate::set_errno(e);
         result
     }
 }

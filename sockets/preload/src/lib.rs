@@ -31,6 +31,10 @@
 //!
 //! A connect does not wait for the accept (see [`setup`]), so a thread may connect to its own
 //! listener and accept afterwards.
+//!
+//! Signal handlers are installed behind a trampoline that counts them per thread, so that a
+//! handler ends a wait in the rings with `EINTR` where it would end the kernel's (see
+//! [`signals`]).
 
 #![deny(missing_docs)]
 #![allow(clippy::missing_safety_doc)]
@@ -40,6 +44,7 @@ mod exec;
 mod poll;
 mod real;
 mod setup;
+mod signals;
 mod table;
 mod variadic;
 
@@ -1283,9 +1288,50 @@ pub unsafe extern "C" fn posix_spawnp(
     unsafe { spawn_with(envp, |env| real(pid, file, actions, attr, argv, env)) }
 }
 
+/// Hands the library's count of interrupting signal handlers to the rings' waits (see
+/// [`signals`]). Done by the constructor and by every hook that installs a handler, which
+/// may run before it.
+pub(crate) fn register() {
+    sockets::ring::set_interruptions(signals::interrupting);
+}
+
+/// Hook of `sigaction(2)` (see [`signals`]).
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    guard(|| unsafe { signals::sigaction(sig, act, old) })
+}
+
+/// Hook of `signal(3)` (glibc's BSD semantics: `SA_RESTART`).
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    guard(|| signals::install(sig, handler, libc::SA_RESTART))
+}
+
+/// Hook of `bsd_signal(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    guard(|| signals::install(sig, handler, libc::SA_RESTART))
+}
+
+/// Hook of `sysv_signal(3)` (one-shot, not restarting).
+#[no_mangle]
+pub unsafe extern "C" fn sysv_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    guard(|| signals::install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER))
+}
+
 /// The constructor: adopts the VMMC connections an earlier image of this process handed
-/// over through `exec`. Nothing else needs it: hooks work before it has run.
+/// over through `exec`, and registers the signal count. Nothing else needs it: hooks work
+/// before it has run.
 extern "C" fn at_start() {
+    register();
     let _ = catch_unwind(exec::adopt);
 }
 

@@ -111,6 +111,10 @@ pub fn poll(
         }
         n
     };
+    // A handler that runs while the rings are watched ends the call, as the kernel ends a
+    // poll (whatever the handler's `SA_RESTART`).
+    let signals = crate::signals::handled();
+    let interrupted = || crate::signals::handled() != signals;
     // Spin: rings every turn, the kernel now and then.
     let (mut turn, mut spin) = (0u32, self::spin());
     loop {
@@ -121,6 +125,10 @@ pub fn poll(
             }
         }
         let n = scan(fds, &kernel);
+        if n == 0 && interrupted() {
+            crate::set_errno(libc::EINTR);
+            return -1;
+        }
         if n > 0 || left() == Some(Duration::ZERO) || spin.over() {
             if n > 0 || left() == Some(Duration::ZERO) {
                 return n;
@@ -162,6 +170,10 @@ pub fn poll(
         if n > 0 {
             break n;
         }
+        if interrupted() {
+            crate::set_errno(libc::EINTR);
+            break -1;
+        }
         let mut sleep = sockets::ring::MAX_SLEEP;
         if let Some(l) = left() {
             if l.is_zero() {
@@ -195,7 +207,10 @@ pub fn poll(
             break n;
         }
     };
+    // Disarming may touch `errno`; a failure keeps the one it had.
+    let e = crate::errno();
     arm(false);
+    crate::set_errno(e);
     result
 }
 

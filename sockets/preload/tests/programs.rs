@@ -687,6 +687,7 @@ fn role() {
         "full_writes" => full_writes(),
         "sendfile_nonblocking" => sendfile_nonblocking(),
         "waitall_iovecs" => waitall_iovecs(),
+        "signals" => signals(),
         "huge_timeouts" => huge_timeouts(),
         "socket_timeouts" => socket_timeouts(),
         "v4_mapped" => v4_mapped(),
@@ -1937,5 +1938,235 @@ fn an_epoll_registration_made_before_connect_follows_the_connection() {
         "epoll_before_connect",
         &["epoll-before-connect"],
         5,
+    );
+}
+
+/// Handlers that ran in the `signals` role.
+static HANDLED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn count_signal(_: libc::c_int) {
+    HANDLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+extern "C" fn count_signal_info(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    HANDLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Installs `handler` for SIGUSR1 with `flags`.
+fn on_usr1(handler: libc::sighandler_t, flags: libc::c_int) {
+    // SAFETY: plain data, then a valid structure for sigaction.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler;
+        act.sa_flags = flags;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// Runs `call` on a thread and sends that thread SIGUSR1 until it returns; `ready` says when
+/// the thread is about to make its call, and `more` (given the handlers run since) whether
+/// to go on signalling. Returns what `call` returned and the signals sent after `ready`.
+fn signalled<T: Send + 'static>(
+    call: impl FnOnce(&std::sync::atomic::AtomicBool) -> T + Send + 'static,
+    mut more: impl FnMut(u32) -> bool,
+) -> T {
+    use std::os::unix::thread::JoinHandleExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ready = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = ready.clone();
+    let t = std::thread::spawn(move || {
+        let v = call(&r);
+        tx.send(v).ok();
+    });
+    let thread = t.as_pthread_t();
+    let start = Instant::now();
+    let base = HANDLED.load(Ordering::SeqCst);
+    loop {
+        if ready.load(Ordering::SeqCst) && more(HANDLED.load(Ordering::SeqCst) - base) {
+            // SAFETY: the thread is alive until it sends its result (received below).
+            assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+        }
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok(v) => {
+                t.join().expect("thread");
+                return v;
+            }
+            Err(_) => assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the call did not return"
+            ),
+        }
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Signals and blocking calls on a VMMC connection.
+fn signals() {
+    use std::sync::atomic::Ordering;
+    let (a, mut b) = pair();
+    let fa = a.as_raw_fd();
+
+    // A handler without SA_RESTART: a read with nothing to read fails with EINTR.
+    on_usr1(count_signal as *const () as libc::sighandler_t, 0);
+    let (r, e) = signalled(
+        move |ready| {
+            let mut buf = [0u8; 16];
+            ready.store(true, Ordering::SeqCst);
+            // SAFETY: a valid buffer.
+            let r = unsafe { libc::read(fa, buf.as_mut_ptr().cast(), buf.len()) };
+            (r, errno())
+        },
+        |_| true,
+    );
+    assert_eq!((r, e), (-1, libc::EINTR), "read under a signal");
+    println!("ok=eintr_read");
+
+    // The program sees the handler and flags it installed.
+    // SAFETY: plain data; zero is a valid initial state.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query into a valid structure.
+    let r = unsafe { libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut old) };
+    assert_eq!(r, 0);
+    assert_eq!(
+        old.sa_sigaction,
+        count_signal as *const () as libc::sighandler_t
+    );
+    assert_eq!(old.sa_flags & (libc::SA_SIGINFO | libc::SA_RESTART), 0);
+    println!("ok=sigaction_reports");
+
+    // SA_RESTART (and SA_SIGINFO): the read goes on through several handlers and returns
+    // the data written after them.
+    on_usr1(
+        count_signal_info as *const () as libc::sighandler_t,
+        libc::SA_RESTART | libc::SA_SIGINFO,
+    );
+    let writer = std::thread::spawn({
+        let mut b = b.try_clone().expect("clone");
+        move || {
+            // Written once five handlers ran during the read (signalled's `more`).
+            while !WRITE_NOW.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            b.write_all(b"hello").expect("write");
+        }
+    });
+    let (r, e) = signalled(
+        move |ready| {
+            let mut buf = [0u8; 16];
+            ready.store(true, Ordering::SeqCst);
+            // SAFETY: a valid buffer.
+            let r = unsafe { libc::read(fa, buf.as_mut_ptr().cast(), buf.len()) };
+            (r, errno())
+        },
+        |ran| {
+            if ran >= 5 {
+                WRITE_NOW.store(true, Ordering::SeqCst);
+            }
+            ran < 5
+        },
+    );
+    writer.join().expect("writer");
+    assert_eq!(r, 5, "a restarted read returns the data (errno {e})");
+    println!("ok=restart_read");
+
+    // poll and epoll_wait end with EINTR whatever SA_RESTART says.
+    let (r, e) = signalled(
+        move |ready| {
+            let mut p = libc::pollfd {
+                fd: fa,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            ready.store(true, Ordering::SeqCst);
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, -1) };
+            (r, errno())
+        },
+        |_| true,
+    );
+    assert_eq!((r, e), (-1, libc::EINTR), "poll under a signal");
+    println!("ok=eintr_poll");
+    let ep = ep_create();
+    ep_ctl(ep, libc::EPOLL_CTL_ADD, fa, libc::EPOLLIN as u32, 7);
+    let (r, e) = signalled(
+        move |ready| {
+            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
+            ready.store(true, Ordering::SeqCst);
+            // SAFETY: a valid array of events.
+            let r = unsafe { libc::epoll_wait(ep, ev.as_mut_ptr(), 4, -1) };
+            (r, errno())
+        },
+        |_| true,
+    );
+    assert_eq!((r, e), (-1, libc::EINTR), "epoll_wait under a signal");
+    println!("ok=eintr_epoll");
+
+    // A write that fills the peer's ring, interrupted: it returns the bytes it moved.
+    on_usr1(count_signal as *const () as libc::sighandler_t, 0);
+    const BIG: usize = 16 << 20;
+    let (r, e) = signalled(
+        move |ready| {
+            let data = vec![7u8; BIG];
+            ready.store(true, Ordering::SeqCst);
+            // SAFETY: a valid buffer.
+            let r = unsafe { libc::write(fa, data.as_ptr().cast(), data.len()) };
+            (r, errno())
+        },
+        |_| true,
+    );
+    assert!(
+        r > 0 && (r as usize) < BIG,
+        "an interrupted write returns what it moved: {r} (errno {e})"
+    );
+    println!("ok=partial_write");
+    let mut got = vec![0u8; r as usize];
+    b.read_exact(&mut got).expect("the bytes written");
+    assert!(got.iter().all(|&x| x == 7));
+
+    // signal() says what was installed before.
+    // SAFETY: installing and querying handlers.
+    unsafe {
+        assert_eq!(
+            libc::signal(
+                libc::SIGUSR2,
+                count_signal as *const () as libc::sighandler_t
+            ),
+            libc::SIG_DFL
+        );
+        assert_eq!(
+            libc::signal(libc::SIGUSR2, libc::SIG_DFL),
+            count_signal as *const () as libc::sighandler_t
+        );
+    }
+    println!("ok=signal_returns_previous");
+}
+
+/// Lets the `signals` role's writer go.
+static WRITE_NOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[test]
+fn signals_interrupt_blocking_calls_as_the_kernel_does() {
+    role_over_vmmc(
+        "signals",
+        "signals",
+        &[
+            "eintr_read",
+            "sigaction_reports",
+            "restart_read",
+            "eintr_poll",
+            "eintr_epoll",
+            "partial_write",
+            "signal_returns_previous",
+        ],
+        1 << 20,
     );
 }
