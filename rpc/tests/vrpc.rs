@@ -213,6 +213,64 @@ fn several_clients_and_bindings() {
     });
 }
 
+/// Waits until the server's value (vecho's `get_value`) is `v`.
+fn value_becomes(c: &mut VechoV1Client<VrpcClient>, v: i64) {
+    let start = Instant::now();
+    while c.get_value().expect("get_value") != v {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the value never became {v}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_client_stalled_in_a_record_holds_up_no_other_binding() {
+    as_job(
+        "a_client_stalled_in_a_record_holds_up_no_other_binding",
+        3,
+        || {
+            let ep = vmmc_run::init().unwrap();
+            if ep.rank() == 0 {
+                let s = serve(&ep, 3, rpc::vrpc::DEFAULT_QUEUE);
+                assert_eq!((s.accepted, s.closed, s.lost), (3, 3, 0), "{s:?}");
+            } else if ep.rank() == 1 {
+                // An echo sent in two fragments, with a pause between them in which this
+                // process's other binding and rank 2 make their calls.
+                let mut stalled = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+                let data = pattern(11, 3000);
+                let back: vecho::blob = stalled
+                    .inner
+                    .call_split(
+                        (vecho::VECHO_PROG, vecho::VECHO_V1, vecho::ECHO),
+                        &vecho::blob::from(data.clone()),
+                        1000,
+                        || {
+                            let mut other = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+                            other
+                                .set_value(&1)
+                                .expect("served while a record is half sent");
+                            value_becomes(&mut other, 2);
+                        },
+                    )
+                    .expect("the stalled call completes");
+                assert!(
+                    back.0 == data,
+                    "the stalled call's echo came back different"
+                );
+            } else {
+                let mut c = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+                // Calls that the stalled record would hold up past this for its 25 s.
+                c.inner.set_timeout(Some(Duration::from_secs(10)));
+                value_becomes(&mut c, 1);
+                every_procedure(&mut c, 2);
+                c.set_value(&2).unwrap();
+            }
+        },
+    );
+}
+
 #[test]
 fn a_dead_server_gives_peer_lost() {
     let out = run_ranks("a_dead_server_gives_peer_lost", 2, || {

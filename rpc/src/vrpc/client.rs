@@ -122,6 +122,51 @@ impl VrpcClient {
     }
 }
 
+impl VrpcClient {
+    /// [`Call::call`] with the call sent as two fragments, its first `split` bytes (after the
+    /// record mark) and then the rest, and `between` run after the first: a client that
+    /// stalls in the middle of a record, for tests of a server's patience with it.
+    #[doc(hidden)]
+    pub fn call_split<A: Serialize + ?Sized, R: DeserializeOwned>(
+        &mut self,
+        (prog, vers, procedure): (u32, u32, u32),
+        args: &A,
+        split: usize,
+        between: impl FnOnce(),
+    ) -> Result<R, Error> {
+        self.xid = self.xid.wrapping_add(1);
+        let xid = self.xid;
+        self.sbuf.clear();
+        self.sbuf.extend_from_slice(&[0; 4]);
+        encode_call(
+            &mut self.sbuf,
+            xid,
+            &self.cred,
+            (prog, vers, procedure),
+            args,
+        )?;
+        if self.link.is_none() {
+            self.link = Some(connect(&self.ep, self.server, &self.opts)?);
+        }
+        let link = self.link.as_mut().ok_or(Error::ConnectionClosed)?;
+        let r = link
+            .send_split(&mut self.sbuf, split, between)
+            .and_then(|()| loop {
+                let n = link.recv_record(&mut self.rbuf, self.max_record)?;
+                if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
+                    break Ok(n);
+                }
+            });
+        match r {
+            Ok(n) => decode_reply(&self.rbuf[..n]),
+            Err(e) => {
+                self.link = None;
+                Err(e)
+            }
+        }
+    }
+}
+
 impl Call for VrpcClient {
     fn call<A: Serialize + ?Sized, R: DeserializeOwned>(
         &mut self,

@@ -160,6 +160,10 @@ pub(crate) struct Link {
     floor: u32,
     /// How long a wait may last.
     timeout: Option<Duration>,
+    /// The server's record in the making: the fragments taken so far (`pending[..pending_len]`)
+    /// of a record whose last fragment has not arrived.
+    pending: Vec<u8>,
+    pending_len: usize,
 }
 
 impl Link {
@@ -183,6 +187,8 @@ impl Link {
             taken: 0,
             floor: 0,
             timeout,
+            pending: Vec::new(),
+            pending_len: 0,
         }
     }
 
@@ -254,6 +260,36 @@ impl Link {
         }
     }
 
+    /// Sends `buf[4..]` as one record in two fragments, the first `split` bytes and then the
+    /// rest, running `between` after the first: a sender that stalls in the middle of a record
+    /// (for tests of a receiver's patience). Same contract as [`Link::send_record`].
+    pub(crate) fn send_split(
+        &mut self,
+        buf: &mut Vec<u8>,
+        split: usize,
+        between: impl FnOnce(),
+    ) -> Result<(), Error> {
+        let len = buf
+            .len()
+            .checked_sub(4)
+            .ok_or_else(|| bad("no room for the mark"))?;
+        let max = (self.tx_cap / 2 - 4).min(MAX_FRAGMENT);
+        let split = split.next_multiple_of(4);
+        if split == 0 || split >= len || len - split > max || split > max {
+            return Err(Error::Config(
+                "send_split: each part must be whole words that fit a fragment".into(),
+            ));
+        }
+        buf.resize(4 + len.next_multiple_of(4), 0);
+        buf[..4].copy_from_slice(&(split as u32).to_be_bytes());
+        self.put(&buf[..4 + split])?;
+        between();
+        let rest = len - split;
+        buf[split..split + 4].copy_from_slice(&(rest as u32 | LAST_FRAGMENT).to_be_bytes());
+        let end = split + 4 + rest.next_multiple_of(4);
+        self.put(&buf[split..end])
+    }
+
     /// Writes one fragment (mark and data, whole words) into the peer's ring, then the
     /// control words.
     ///
@@ -313,12 +349,43 @@ impl Link {
         out: &mut Vec<u8>,
         max_record: usize,
     ) -> Result<usize, Error> {
+        self.gather(out, 0, max_record, true).map(|(len, _)| len)
+    }
+
+    /// The server's receive, which never waits: takes the fragments that have arrived and
+    /// returns `Some(len)` when they end a record (then in [`Link::record`]`[..len]`), `None`
+    /// when its last fragment has not arrived yet (what came is kept for the next call).
+    pub(crate) fn poll_record(&mut self, max_record: usize) -> Result<Option<usize>, Error> {
+        let mut buf = std::mem::take(&mut self.pending);
+        let r = self.gather(&mut buf, self.pending_len, max_record, false);
+        self.pending = buf;
+        let (len, whole) = r?;
+        self.pending_len = if whole { 0 } else { len };
+        Ok(whole.then_some(len))
+    }
+
+    /// The record [`Link::poll_record`] completed.
+    pub(crate) fn record(&self) -> &[u8] {
+        &self.pending
+    }
+
+    /// Appends fragments to `out[..len]` until one ends the record (`(len, true)`), waiting for
+    /// each when `wait`, else stopping when none has arrived (`(len, false)`).
+    fn gather(
+        &mut self,
+        out: &mut Vec<u8>,
+        mut len: usize,
+        max_record: usize,
+        wait: bool,
+    ) -> Result<(usize, bool), Error> {
         let cap = self.rx_cap;
-        let mut len = 0usize;
         loop {
             let mut taken = self.taken;
             let mut total = self.rx.load_u32(cap + TOTAL)?;
             if total == taken {
+                if !wait {
+                    return Ok((len, false));
+                }
                 total = self.wait(TOTAL, |t| t != taken)?;
             }
             // The writer went back to the ring's start at our position: skip the tail.
@@ -359,7 +426,7 @@ impl Link {
             len += n;
             self.taken = taken.wrapping_add(size as u32);
             if mark & LAST_FRAGMENT != 0 {
-                return Ok(len);
+                return Ok((len, true));
             }
             // The sender may be waiting for room for the next fragment. A peer that wrote
             // the rest of the record and closed the binding no longer needs the credit, so

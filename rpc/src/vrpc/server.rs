@@ -172,8 +172,10 @@ impl VrpcServerBuilder {
         self
     }
 
-    /// How long the server waits for the rest of a record whose first fragment arrived
-    /// (default 25 s; `None`: forever). A client that dies is detected either way.
+    /// How long the server waits for room in a client's queue for the rest of a reply
+    /// (default 25 s; `None`: forever); the binding ends when it expires. A call whose rest
+    /// has not arrived does not make the server wait: it is kept in its binding while the
+    /// server serves the others. A client that dies is detected either way.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -230,8 +232,6 @@ struct Core {
     max_record: usize,
     timeout: Option<Duration>,
     counters: Arc<Counters>,
-    /// The current call, copied out of its queue.
-    request: Vec<u8>,
     /// The current reply, encoded after the mark's word.
     reply: Vec<u8>,
 }
@@ -264,7 +264,6 @@ impl Core {
             max_record: b.max_record,
             timeout: b.timeout,
             counters,
-            request: Vec::new(),
             reply: Vec::new(),
         })
     }
@@ -316,13 +315,12 @@ impl Core {
                 busy = true;
             } else if link.has_data() {
                 busy = true;
-                self.counters.calls.fetch_add(1, Ordering::Relaxed);
                 match serve_one(
                     link,
                     &self.registry,
-                    &mut self.request,
                     &mut self.reply,
                     self.max_record,
+                    &self.counters,
                 ) {
                     Ok(()) => i += 1,
                     // A client that closed its binding (and left) while the call or its reply
@@ -430,16 +428,21 @@ impl Drop for Core {
     }
 }
 
-/// Receives one call on `link`, dispatches it and sends the reply.
+/// Takes what has arrived on `link`; once it ends a call, dispatches the call and sends
+/// the reply. A call whose last fragment has not arrived waits in the link, and the server
+/// goes on with the other bindings.
 fn serve_one(
     link: &mut Link,
     registry: &Registry,
-    request: &mut Vec<u8>,
     reply: &mut Vec<u8>,
     max_record: usize,
+    counters: &Counters,
 ) -> Result<(), Error> {
-    let n = link.recv_record(request, max_record)?;
-    if registry.handle_at(&request[..n], reply, 4) {
+    let Some(n) = link.poll_record(max_record)? else {
+        return Ok(());
+    };
+    counters.calls.fetch_add(1, Ordering::Relaxed);
+    if registry.handle_at(&link.record()[..n], reply, 4) {
         link.send_record(reply)?;
     }
     Ok(())
