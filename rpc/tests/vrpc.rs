@@ -9,7 +9,7 @@
 mod vecho;
 
 use rpc::client::Call;
-use rpc::vrpc::{BindOptions, VrpcClient, VrpcServer};
+use rpc::vrpc::{BindOptions, Pause, VrpcClient, VrpcServer};
 use rpc::xdr::{Opaque, XdrString};
 use rpc::Error;
 use std::path::Path;
@@ -226,49 +226,68 @@ fn value_becomes(c: &mut VechoV1Client<VrpcClient>, v: i64) {
 }
 
 #[test]
-fn a_client_stalled_in_a_record_holds_up_no_other_binding() {
-    as_job(
-        "a_client_stalled_in_a_record_holds_up_no_other_binding",
-        3,
-        || {
-            let ep = vmmc_run::init().unwrap();
-            if ep.rank() == 0 {
-                let s = serve(&ep, 3, rpc::vrpc::DEFAULT_QUEUE);
-                assert_eq!((s.accepted, s.closed, s.lost), (3, 3, 0), "{s:?}");
-            } else if ep.rank() == 1 {
-                // An echo sent in two fragments, with a pause between them in which this
-                // process's other binding and rank 2 make their calls.
-                let mut stalled = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
-                let data = pattern(11, 3000);
-                let back: vecho::blob = stalled
-                    .inner
-                    .call_split(
-                        (vecho::VECHO_PROG, vecho::VECHO_V1, vecho::ECHO),
-                        &vecho::blob::from(data.clone()),
-                        1000,
-                        || {
-                            let mut other = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
-                            other
-                                .set_value(&1)
-                                .expect("served while a record is half sent");
-                            value_becomes(&mut other, 2);
-                        },
-                    )
-                    .expect("the stalled call completes");
-                assert!(
-                    back.0 == data,
-                    "the stalled call's echo came back different"
-                );
-            } else {
-                let mut c = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
-                // Calls that the stalled record would hold up past this for its 25 s.
-                c.inner.set_timeout(Some(Duration::from_secs(10)));
-                value_becomes(&mut c, 1);
-                every_procedure(&mut c, 2);
-                c.set_value(&2).unwrap();
-            }
-        },
-    );
+fn a_stalled_client_holds_up_no_other_binding() {
+    as_job("a_stalled_client_holds_up_no_other_binding", 3, || {
+        let ep = vmmc_run::init().unwrap();
+        if ep.rank() == 0 {
+            let s = serve(&ep, 4, rpc::vrpc::DEFAULT_QUEUE);
+            assert_eq!((s.accepted, s.closed, s.lost), (4, 4, 0), "{s:?}");
+        } else if ep.rank() == 1 {
+            let echo = (vecho::VECHO_PROG, vecho::VECHO_V1, vecho::ECHO);
+            let mut other = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+            // An echo sent in two fragments, with a pause between them in which this
+            // process's other binding and rank 2 make their calls.
+            let mut stalled = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+            let data = pattern(11, 3000);
+            let back: vecho::blob = stalled
+                .inner
+                .call_paused(
+                    echo,
+                    &vecho::blob::from(data.clone()),
+                    Pause::MidCall(1000),
+                    || {
+                        other
+                            .set_value(&1)
+                            .expect("served while a call is half sent");
+                        value_becomes(&mut other, 2);
+                    },
+                )
+                .expect("the stalled call completes");
+            assert!(
+                back.0 == data,
+                "the stalled call's echo came back different"
+            );
+            // A reply many times the client's queue, not read for a while: the server
+            // writes what fits and goes on with the others.
+            let mut slow = client(&ep, 4096);
+            let data = pattern(12, 100_000);
+            let back: vecho::blob = slow
+                .inner
+                .call_paused(
+                    echo,
+                    &vecho::blob::from(data.clone()),
+                    Pause::BeforeReply,
+                    || {
+                        other
+                            .set_value(&3)
+                            .expect("served while a reply waits for room");
+                        value_becomes(&mut other, 4);
+                    },
+                )
+                .expect("the slow reader's call completes");
+            assert!(back.0 == data, "the slow reader's echo came back different");
+        } else {
+            let mut c = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+            // Calls that the stalled client would hold up past this for its 25 s.
+            c.inner.set_timeout(Some(Duration::from_secs(10)));
+            value_becomes(&mut c, 1);
+            every_procedure(&mut c, 2);
+            c.set_value(&2).unwrap();
+            value_becomes(&mut c, 3);
+            every_procedure(&mut c, 2);
+            c.set_value(&4).unwrap();
+        }
+    });
 }
 
 #[test]

@@ -122,17 +122,27 @@ impl VrpcClient {
     }
 }
 
+/// Where [`VrpcClient::call_paused`] pauses.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub enum Pause {
+    /// After the first this many bytes of the call (after the record mark), sent as a
+    /// fragment of their own.
+    MidCall(usize),
+    /// After the whole call, before the reply is read.
+    BeforeReply,
+}
+
 impl VrpcClient {
-    /// [`Call::call`] with the call sent as two fragments, its first `split` bytes (after the
-    /// record mark) and then the rest, and `between` run after the first: a client that
-    /// stalls in the middle of a record, for tests of a server's patience with it.
+    /// [`Call::call`] that runs `pause` in the middle of the call or before reading the
+    /// reply: a client that stalls there, for tests of a server's patience with it.
     #[doc(hidden)]
-    pub fn call_split<A: Serialize + ?Sized, R: DeserializeOwned>(
+    pub fn call_paused<A: Serialize + ?Sized, R: DeserializeOwned>(
         &mut self,
         (prog, vers, procedure): (u32, u32, u32),
         args: &A,
-        split: usize,
-        between: impl FnOnce(),
+        at: Pause,
+        pause: impl FnOnce(),
     ) -> Result<R, Error> {
         self.xid = self.xid.wrapping_add(1);
         let xid = self.xid;
@@ -149,14 +159,16 @@ impl VrpcClient {
             self.link = Some(connect(&self.ep, self.server, &self.opts)?);
         }
         let link = self.link.as_mut().ok_or(Error::ConnectionClosed)?;
-        let r = link
-            .send_split(&mut self.sbuf, split, between)
-            .and_then(|()| loop {
-                let n = link.recv_record(&mut self.rbuf, self.max_record)?;
-                if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
-                    break Ok(n);
-                }
-            });
+        let sent = match at {
+            Pause::MidCall(split) => link.send_split(&mut self.sbuf, split, pause),
+            Pause::BeforeReply => link.send_record(&mut self.sbuf).map(|()| pause()),
+        };
+        let r = sent.and_then(|()| loop {
+            let n = link.recv_record(&mut self.rbuf, self.max_record)?;
+            if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
+                break Ok(n);
+            }
+        });
         match r {
             Ok(n) => decode_reply(&self.rbuf[..n]),
             Err(e) => {

@@ -164,6 +164,12 @@ pub(crate) struct Link {
     /// of a record whose last fragment has not arrived.
     pending: Vec<u8>,
     pending_len: usize,
+    /// The server's reply in the making: the record (mark word first), where its next
+    /// fragment starts and its length, when the peer's queue had no room for all of it.
+    outgoing: Option<(Vec<u8>, usize, usize)>,
+    /// When the server's side last moved a fragment of an unfinished call or reply (the
+    /// clock of [`vmmc::pace::now_ns`]).
+    moved: u64,
 }
 
 impl Link {
@@ -189,6 +195,8 @@ impl Link {
             timeout,
             pending: Vec::new(),
             pending_len: 0,
+            outgoing: None,
+            moved: 0,
         }
     }
 
@@ -234,16 +242,69 @@ impl Link {
     /// Sends `buf[4..]` as one record. The first word of `buf` is room for the record mark;
     /// the contents of `buf` are spent (later fragments' marks overwrite sent data).
     pub(crate) fn send_record(&mut self, buf: &mut Vec<u8>) -> Result<(), Error> {
-        let len = buf
-            .len()
-            .checked_sub(4)
-            .ok_or_else(|| bad("no room for the mark"))?;
-        // XDR messages are whole words already; anything else is padded.
-        buf.resize(4 + len.next_multiple_of(4), 0);
+        let len = record_len(buf)?;
+        self.send_from(buf, 0, len, true).map(|_| ())
+    }
+
+    /// The server's send, which never waits: sends `buf[4..]` as [`Link::send_record`]
+    /// does as far as the peer's queue has room, and keeps the rest (taking `buf`'s
+    /// contents) for [`Link::resume_send`]. Whether the whole record went.
+    pub(crate) fn offer_record(&mut self, buf: &mut Vec<u8>) -> Result<bool, Error> {
+        let len = record_len(buf)?;
+        match self.send_from(buf, 0, len, false)? {
+            None => Ok(true),
+            Some(p) => {
+                self.outgoing = Some((std::mem::take(buf), p, len));
+                self.moved = vmmc::pace::now_ns();
+                Ok(false)
+            }
+        }
+    }
+
+    /// Whether a record offered by [`Link::offer_record`] is still going out.
+    pub(crate) fn sending(&self) -> bool {
+        self.outgoing.is_some()
+    }
+
+    /// Sends what the peer now has room for of the record [`Link::offer_record`] kept;
+    /// whether it moved anything.
+    pub(crate) fn resume_send(&mut self) -> Result<bool, Error> {
+        let Some((mut buf, p, len)) = self.outgoing.take() else {
+            return Ok(false);
+        };
+        match self.send_from(&mut buf, p, len, false)? {
+            None => Ok(true),
+            Some(q) => {
+                if q != p {
+                    self.moved = vmmc::pace::now_ns();
+                }
+                self.outgoing = Some((buf, q, len));
+                Ok(q != p)
+            }
+        }
+    }
+
+    /// Whether an unfinished call or reply of the server's side has not moved for
+    /// `timeout`: its client stopped in the middle of it.
+    pub(crate) fn stalled(&self, timeout: Option<Duration>) -> bool {
+        (self.pending_len > 0 || self.outgoing.is_some())
+            && timeout.is_some_and(|t| {
+                vmmc::pace::now_ns().saturating_sub(self.moved) > t.as_nanos() as u64
+            })
+    }
+
+    /// Sends the fragments of `buf[4..4 + len]` from data offset `p` on; without `wait`,
+    /// stops before a fragment the peer's queue has no room for and returns where it starts.
+    fn send_from(
+        &mut self,
+        buf: &mut [u8],
+        mut p: usize,
+        len: usize,
+        wait: bool,
+    ) -> Result<Option<usize>, Error> {
         // At most half a ring per fragment: the sender can write one while the receiver
         // reads one.
         let max = (self.tx_cap / 2 - 4).min(MAX_FRAGMENT);
-        let mut p = 0;
         loop {
             let n = (len - p).min(max);
             let last = p + n == len;
@@ -252,9 +313,11 @@ impl Link {
             // or the last word of the previous fragment, which has left.
             buf[p..p + 4].copy_from_slice(&mark.to_be_bytes());
             let end = p + 4 + n.next_multiple_of(4);
-            self.put(&buf[p..end])?;
+            if !self.put_if(&buf[p..end], wait)? {
+                return Ok(Some(p));
+            }
             if last {
-                return Ok(());
+                return Ok(None);
             }
             p += n;
         }
@@ -269,10 +332,7 @@ impl Link {
         split: usize,
         between: impl FnOnce(),
     ) -> Result<(), Error> {
-        let len = buf
-            .len()
-            .checked_sub(4)
-            .ok_or_else(|| bad("no room for the mark"))?;
+        let len = record_len(buf)?;
         let max = (self.tx_cap / 2 - 4).min(MAX_FRAGMENT);
         let split = split.next_multiple_of(4);
         if split == 0 || split >= len || len - split > max || split > max {
@@ -280,7 +340,6 @@ impl Link {
                 "send_split: each part must be whole words that fit a fragment".into(),
             ));
         }
-        buf.resize(4 + len.next_multiple_of(4), 0);
         buf[..4].copy_from_slice(&(split as u32).to_be_bytes());
         self.put(&buf[..4 + split])?;
         between();
@@ -299,6 +358,12 @@ impl Link {
     /// in the first bytes of the ring, in the caches of both processors, instead of walking
     /// through the whole ring.
     fn put(&mut self, frag: &[u8]) -> Result<(), Error> {
+        self.put_if(frag, true).map(|_| ())
+    }
+
+    /// [`Link::put`]; without `wait`, a fragment the peer's queue has no room for is not
+    /// written (`false`).
+    fn put_if(&mut self, frag: &[u8], wait: bool) -> Result<bool, Error> {
         let cap = self.tx_cap;
         let need = frag.len();
         let mut credit = self.rx.load_u32(self.rx_cap + CREDIT)?;
@@ -325,6 +390,9 @@ impl Link {
             used <= cap && cap - used >= need
         };
         if !room(credit) {
+            if !wait {
+                return Ok(false);
+            }
             self.wait(CREDIT, room)?;
         }
         let off = sent as usize & (cap - 1);
@@ -339,7 +407,7 @@ impl Link {
         ctl[..4].copy_from_slice(&self.taken.to_ne_bytes());
         ctl[4..].copy_from_slice(&self.sent.to_ne_bytes());
         self.tx.send(cap + CREDIT, &ctl)?;
-        Ok(())
+        Ok(true)
     }
 
     /// Receives one record into `out[..len]` and returns `len`. `out` only grows, so that a
@@ -360,6 +428,9 @@ impl Link {
         let r = self.gather(&mut buf, self.pending_len, max_record, false);
         self.pending = buf;
         let (len, whole) = r?;
+        if len != self.pending_len {
+            self.moved = vmmc::pace::now_ns();
+        }
         self.pending_len = if whole { 0 } else { len };
         Ok(whole.then_some(len))
     }
@@ -437,6 +508,18 @@ impl Link {
                 .send(self.tx_cap + CREDIT, &self.taken.to_ne_bytes());
         }
     }
+}
+
+/// The length of the record in `buf[4..]`, whose first word is room for the mark; pads
+/// `buf` to whole words.
+fn record_len(buf: &mut Vec<u8>) -> Result<usize, Error> {
+    let len = buf
+        .len()
+        .checked_sub(4)
+        .ok_or_else(|| bad("no room for the mark"))?;
+    // XDR messages are whole words already; anything else is padded.
+    buf.resize(4 + len.next_multiple_of(4), 0);
+    Ok(len)
 }
 
 impl Drop for Link {

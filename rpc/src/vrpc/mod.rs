@@ -80,8 +80,10 @@
 //! Every wait polls the peer ([`vmmc::Endpoint::check_peer`]): a dead server or client gives
 //! [`Error::PeerLost`](crate::Error::PeerLost), never a hang; a closed binding gives
 //! [`Error::ConnectionClosed`](crate::Error::ConnectionClosed); a client also gives up after
-//! its timeout. The server never waits for the rest of a call: the fragments that came wait
-//! in their binding while it serves the others. Malformed records (a fragment longer than the queue, a total that runs ahead
+//! its timeout. The server never waits for one client: the fragments of a call that came,
+//! and the rest of a reply its client has no room for yet, wait in their binding while it
+//! serves the others (a binding whose call or reply has not moved for the server's timeout
+//! ends). Malformed records (a fragment longer than the queue, a total that runs ahead
 //! of the queue) end the binding with [`Error::BadMessage`](crate::Error::BadMessage); a
 //! record over the size limit with [`Error::RecordTooLarge`](crate::Error::RecordTooLarge).
 //! Calls that do not decode are answered `GARBAGE_ARGS`, as over TCP. After a failure the
@@ -116,7 +118,7 @@ mod client;
 mod link;
 mod server;
 
-pub use client::{BindOptions, VrpcClient};
+pub use client::{BindOptions, Pause, VrpcClient};
 pub use server::{ServerStats, VrpcServer, VrpcServerBuilder};
 
 use vmmc::BufId;

@@ -172,10 +172,10 @@ impl VrpcServerBuilder {
         self
     }
 
-    /// How long the server waits for room in a client's queue for the rest of a reply
-    /// (default 25 s; `None`: forever); the binding ends when it expires. A call whose rest
-    /// has not arrived does not make the server wait: it is kept in its binding while the
-    /// server serves the others. A client that dies is detected either way.
+    /// How long a client may leave a call half sent, or a reply half read, before the
+    /// server ends its binding (default 25 s; `None`: forever). The server never waits for
+    /// such a client: the call or reply is kept in its binding while the server serves the
+    /// others. A client that dies is detected either way.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -313,6 +313,22 @@ impl Core {
             if link.peer_closed() {
                 self.end(i, false);
                 busy = true;
+            } else if link.stalled(self.timeout) {
+                // A client stopped in the middle of a call or of reading its reply.
+                self.end(i, false);
+                busy = true;
+            } else if link.sending() {
+                // The rest of a reply, as the client makes room; its next call waits.
+                match link.resume_send() {
+                    Ok(moved) => {
+                        busy |= moved;
+                        i += 1;
+                    }
+                    Err(_) => {
+                        let closed = self.links[i].peer_closed();
+                        self.end(i, !closed)
+                    }
+                }
             } else if link.has_data() {
                 busy = true;
                 match serve_one(
@@ -443,7 +459,8 @@ fn serve_one(
     };
     counters.calls.fetch_add(1, Ordering::Relaxed);
     if registry.handle_at(&link.record()[..n], reply, 4) {
-        link.send_record(reply)?;
+        // What the client's queue has no room for goes out on later turns.
+        link.offer_record(reply)?;
     }
     Ok(())
 }
