@@ -268,6 +268,23 @@ fn fast_dest<'a>(
     slot.area.get_mut(start..start.checked_add(dlen)?)
 }
 
+/// The header of a fast-mode packet of `len` bytes to `offset` of `t`'s slot.
+#[inline(always)]
+fn fast_header(t: &Ticket, offset: u64, len: usize, word: u32) -> Header {
+    Header {
+        slot: t.slot,
+        meta_index: FAST_INDEX,
+        key: t.key,
+        offset,
+        delta: 0,
+        flags: F_FIRST,
+        len: len as u32,
+        meta_len: 0,
+        word,
+        seq: 0,
+    }
+}
+
 /// The sending library's look at a message against its ticket: `total` bytes at `offset`
 /// must lie in the ticket's window. A courtesy to the sender, which learns of its mistake at
 /// once; protection does not rest on it (a ticket's fields can be anything, and the
@@ -874,18 +891,7 @@ impl Hamlyn {
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
             // Made where it is used, so that the one-line path builds its words in registers.
-            let hdr = || Header {
-                slot: t.slot,
-                meta_index: FAST_INDEX,
-                key: t.key,
-                offset,
-                delta: 0,
-                flags: F_FIRST,
-                len: data.len() as u32,
-                meta_len: 0,
-                word,
-                seq: 0,
-            };
+            let hdr = || fast_header(t, offset, data.len(), word);
             let o = &self.out[dest as usize];
             if pad4(data.len()) + HEADER_LEN <= SMALL_PACKET && o.ring.is_some() && !self.cfg.wakeup
             {
@@ -920,20 +926,8 @@ impl Hamlyn {
         if self.wq.is_empty() && data.len() <= self.cfg.direct_max {
             let dest = self.dest_of(t)?;
             if self.room(dest) > 0 {
-                let hdr = Header {
-                    slot: t.slot,
-                    meta_index: FAST_INDEX,
-                    key: t.key,
-                    offset,
-                    delta: 0,
-                    flags: F_FIRST,
-                    len: data.len() as u32,
-                    meta_len: 0,
-                    word,
-                    seq: 0,
-                };
                 self.posted += 1;
-                self.put_packet(dest, hdr, &[data])?;
+                self.put_packet(dest, fast_header(t, offset, data.len(), word), &[data])?;
                 self.completion += 1;
                 return Ok(());
             }

@@ -106,86 +106,13 @@ impl VrpcClient {
         self.max_record = max_record;
     }
 
-    fn exchange(&mut self, xid: u32) -> Result<usize, Error> {
-        if self.link.is_none() {
-            self.link = Some(connect(&self.ep, self.server, &self.opts)?);
-        }
-        let link = self.link.as_mut().ok_or(Error::ConnectionClosed)?;
-        link.send_record(&mut self.sbuf)?;
-        loop {
-            let n = link.recv_record(&mut self.rbuf, self.max_record)?;
-            // A reply to an earlier call that timed out is skipped.
-            if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
-                return Ok(n);
-            }
-        }
-    }
-}
-
-/// Where [`VrpcClient::call_paused`] pauses.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
-pub enum Pause {
-    /// After the first this many bytes of the call (after the record mark), sent as a
-    /// fragment of their own.
-    MidCall(usize),
-    /// After the whole call, before the reply is read.
-    BeforeReply,
-}
-
-impl VrpcClient {
-    /// [`Call::call`] that runs `pause` in the middle of the call or before reading the
-    /// reply: a client that stalls there, for tests of a server's patience with it.
-    #[doc(hidden)]
-    pub fn call_paused<A: Serialize + ?Sized, R: DeserializeOwned>(
+    /// A call: serialized, sent (with `pause` run where it says, for tests), and its reply
+    /// decoded.
+    fn call_with<A: Serialize + ?Sized, R: DeserializeOwned, F: FnOnce()>(
         &mut self,
         (prog, vers, procedure): (u32, u32, u32),
         args: &A,
-        at: Pause,
-        pause: impl FnOnce(),
-    ) -> Result<R, Error> {
-        self.xid = self.xid.wrapping_add(1);
-        let xid = self.xid;
-        self.sbuf.clear();
-        self.sbuf.extend_from_slice(&[0; 4]);
-        encode_call(
-            &mut self.sbuf,
-            xid,
-            &self.cred,
-            (prog, vers, procedure),
-            args,
-        )?;
-        if self.link.is_none() {
-            self.link = Some(connect(&self.ep, self.server, &self.opts)?);
-        }
-        let link = self.link.as_mut().ok_or(Error::ConnectionClosed)?;
-        let sent = match at {
-            Pause::MidCall(split) => link.send_split(&mut self.sbuf, split, pause),
-            Pause::BeforeReply => link.send_record(&mut self.sbuf).map(|()| pause()),
-        };
-        let r = sent.and_then(|()| loop {
-            let n = link.recv_record(&mut self.rbuf, self.max_record)?;
-            if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
-                break Ok(n);
-            }
-        });
-        match r {
-            Ok(n) => decode_reply(&self.rbuf[..n]),
-            Err(e) => {
-                self.link = None;
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Call for VrpcClient {
-    fn call<A: Serialize + ?Sized, R: DeserializeOwned>(
-        &mut self,
-        prog: u32,
-        vers: u32,
-        procedure: u32,
-        args: &A,
+        pause: Option<(Pause, F)>,
     ) -> Result<R, Error> {
         self.xid = self.xid.wrapping_add(1);
         let xid = self.xid;
@@ -200,7 +127,7 @@ impl Call for VrpcClient {
             (prog, vers, procedure),
             args,
         )?;
-        match self.exchange(xid) {
+        match self.exchange(xid, pause) {
             Ok(n) => decode_reply(&self.rbuf[..n]),
             Err(e) => {
                 // The queues may be in the middle of a record: bind afresh next time.
@@ -208,6 +135,68 @@ impl Call for VrpcClient {
                 Err(e)
             }
         }
+    }
+
+    fn exchange<F: FnOnce()>(
+        &mut self,
+        xid: u32,
+        pause: Option<(Pause, F)>,
+    ) -> Result<usize, Error> {
+        if self.link.is_none() {
+            self.link = Some(connect(&self.ep, self.server, &self.opts)?);
+        }
+        let link = self.link.as_mut().ok_or(Error::ConnectionClosed)?;
+        match pause {
+            None => link.send_record(&mut self.sbuf)?,
+            Some((Pause::MidCall(split), f)) => link.send_split(&mut self.sbuf, split, f)?,
+            Some((Pause::BeforeReply, f)) => {
+                link.send_record(&mut self.sbuf)?;
+                f();
+            }
+        }
+        loop {
+            let n = link.recv_record(&mut self.rbuf, self.max_record)?;
+            // A reply to an earlier call that timed out is skipped.
+            if self.rbuf[..n].get(..4) == Some(&xid.to_be_bytes()[..]) {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// [`Call::call`] that runs `pause` in the middle of the call or before reading the
+    /// reply: a client that stalls there, for tests of a server's patience with it.
+    #[doc(hidden)]
+    pub fn call_paused<A: Serialize + ?Sized, R: DeserializeOwned>(
+        &mut self,
+        procedure: (u32, u32, u32),
+        args: &A,
+        at: Pause,
+        pause: impl FnOnce(),
+    ) -> Result<R, Error> {
+        self.call_with(procedure, args, Some((at, pause)))
+    }
+}
+
+/// Where [`VrpcClient::call_paused`] pauses.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub enum Pause {
+    /// After the first this many bytes of the call (after the record mark), sent as a
+    /// fragment of their own.
+    MidCall(usize),
+    /// After the whole call, before the reply is read.
+    BeforeReply,
+}
+
+impl Call for VrpcClient {
+    fn call<A: Serialize + ?Sized, R: DeserializeOwned>(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        procedure: u32,
+        args: &A,
+    ) -> Result<R, Error> {
+        self.call_with((prog, vers, procedure), args, None::<(Pause, fn())>)
     }
 }
 

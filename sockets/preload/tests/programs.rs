@@ -2009,6 +2009,15 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// One read(2) of up to 16 bytes from `fd`, `ready` set just before it: (result, errno).
+fn read_once(fd: i32, ready: &std::sync::atomic::AtomicBool) -> (isize, i32) {
+    let mut buf = [0u8; 16];
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: a valid buffer.
+    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    (r, errno())
+}
+
 /// Signals and blocking calls on a VMMC connection.
 fn signals() {
     use std::sync::atomic::Ordering;
@@ -2017,16 +2026,7 @@ fn signals() {
 
     // A handler without SA_RESTART: a read with nothing to read fails with EINTR.
     on_usr1(count_signal as *const () as libc::sighandler_t, 0);
-    let (r, e) = signalled(
-        move |ready| {
-            let mut buf = [0u8; 16];
-            ready.store(true, Ordering::SeqCst);
-            // SAFETY: a valid buffer.
-            let r = unsafe { libc::read(fa, buf.as_mut_ptr().cast(), buf.len()) };
-            (r, errno())
-        },
-        |_| true,
-    );
+    let (r, e) = signalled(move |ready| read_once(fa, ready), |_| true);
     assert_eq!((r, e), (-1, libc::EINTR), "read under a signal");
     println!("ok=eintr_read");
 
@@ -2060,13 +2060,7 @@ fn signals() {
         }
     });
     let (r, e) = signalled(
-        move |ready| {
-            let mut buf = [0u8; 16];
-            ready.store(true, Ordering::SeqCst);
-            // SAFETY: a valid buffer.
-            let r = unsafe { libc::read(fa, buf.as_mut_ptr().cast(), buf.len()) };
-            (r, errno())
-        },
+        move |ready| read_once(fa, ready),
         |ran| {
             if ran >= 5 {
                 WRITE_NOW.store(true, Ordering::SeqCst);
