@@ -22,6 +22,9 @@ use vmmc_run::testing::{pattern, Job, Output};
 /// `set_value` with this value ends the server process abruptly (the dead-server test).
 const DIE: i64 = -0xdead;
 
+/// `add` with this first argument takes 2.5 s (a long procedure).
+const SLOW: i32 = -0x510;
+
 /// The server side of vecho.x.
 #[derive(Default)]
 struct Impl {
@@ -33,6 +36,9 @@ impl VechoV1Server for Impl {
         arg
     }
     fn add(&self, a: i32, b: i32) -> i32 {
+        if a == SLOW {
+            std::thread::sleep(Duration::from_millis(2500));
+        }
         a.wrapping_add(b)
     }
     fn swap(&self, p: pair) -> pair {
@@ -286,6 +292,39 @@ fn a_stalled_client_holds_up_no_other_binding() {
             value_becomes(&mut c, 3);
             every_procedure(&mut c, 2);
             c.set_value(&4).unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_long_call_ends_no_other_binding() {
+    as_job("a_long_call_ends_no_other_binding", 3, || {
+        let ep = vmmc_run::init().unwrap();
+        if ep.rank() == 0 {
+            // Bindings whose call or reply has not moved for 1 s end, and one call takes
+            // 2.5 s: the time the server spends in it is not its other clients' stall.
+            let s = VrpcServer::builder(&ep)
+                .service(VechoV1Service(Impl::default()))
+                .timeout(Some(Duration::from_secs(1)))
+                .serve(2)
+                .expect("serve");
+            assert_eq!((s.accepted, s.closed, s.lost), (2, 2, 0), "{s:?}");
+        } else if ep.rank() == 1 {
+            // Echoes many times the reply queue, read as they come, through rank 2's long
+            // call: the calls fit the server's queue at once, the replies take turns.
+            let mut c = client(&ep, 4096);
+            echo_checked(&mut c, 0, 200_000);
+            c.set_value(&1).unwrap();
+            let mut i = 1;
+            while c.get_value().unwrap() != 2 {
+                echo_checked(&mut c, i, 200_000);
+                i += 1;
+            }
+        } else {
+            let mut c = client(&ep, rpc::vrpc::DEFAULT_QUEUE);
+            value_becomes(&mut c, 1);
+            assert_eq!(c.add(&SLOW, &1).unwrap(), SLOW + 1);
+            c.set_value(&2).unwrap();
         }
     });
 }

@@ -31,6 +31,9 @@ pub(crate) const MAX_FRAGMENT: usize = 64 << 10;
 /// Once a fragment would end beyond this offset of an empty ring, the writer goes back to
 /// the ring's start (see [`Link::put`]).
 const RESTART_AFTER: usize = 64 << 10;
+/// A server's binding keeps a buffer of up to this for its calls between them; a larger
+/// call's buffer goes when it has been served.
+const KEEP_RECORD: usize = 64 << 10;
 
 /// Ids of the queues this process exports: above the listen buffers, below NX's ids.
 const QUEUE_FIRST: BufId = 0x4100_0000;
@@ -289,7 +292,8 @@ impl Link {
     pub(crate) fn stalled(&self, timeout: Option<Duration>) -> bool {
         (self.pending_len > 0 || self.outgoing.is_some())
             && timeout.is_some_and(|t| {
-                vmmc::pace::now_ns().saturating_sub(self.moved) > t.as_nanos() as u64
+                let t = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+                vmmc::pace::now_ns().saturating_sub(self.moved) > t
             })
     }
 
@@ -438,6 +442,14 @@ impl Link {
     /// The record [`Link::poll_record`] completed.
     pub(crate) fn record(&self) -> &[u8] {
         &self.pending
+    }
+
+    /// The record [`Link::poll_record`] completed has been served: a large one's buffer is
+    /// let go, so that a binding does not keep the memory of its largest call.
+    pub(crate) fn record_done(&mut self) {
+        if self.pending.capacity() > KEEP_RECORD {
+            self.pending = Vec::new();
+        }
     }
 
     /// Appends fragments to `out[..len]` until one ends the record (`(len, true)`), waiting for

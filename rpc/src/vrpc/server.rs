@@ -310,25 +310,33 @@ impl Core {
         let mut i = 0;
         while i < self.links.len() {
             let link = &mut self.links[i];
+            // A binding is judged stalled only after a look at what its client did since the
+            // last turn, which may have been long ago (another binding's long call).
             if link.peer_closed() {
-                self.end(i, false);
-                busy = true;
-            } else if link.stalled(self.timeout) {
-                // A client stopped in the middle of a call or of reading its reply.
                 self.end(i, false);
                 busy = true;
             } else if link.sending() {
                 // The rest of a reply, as the client makes room; its next call waits.
                 match link.resume_send() {
-                    Ok(moved) => {
-                        busy |= moved;
+                    Ok(true) => {
+                        busy = true;
                         i += 1;
                     }
+                    Ok(false) if link.stalled(self.timeout) => {
+                        // The client stopped reading in the middle of its reply.
+                        self.end(i, false);
+                        busy = true;
+                    }
+                    Ok(false) => i += 1,
                     Err(_) => {
                         let closed = self.links[i].peer_closed();
                         self.end(i, !closed)
                     }
                 }
+            } else if !link.has_data() && link.stalled(self.timeout) {
+                // The client stopped in the middle of a call.
+                self.end(i, false);
+                busy = true;
             } else if link.has_data() {
                 busy = true;
                 match serve_one(
@@ -458,7 +466,9 @@ fn serve_one(
         return Ok(());
     };
     counters.calls.fetch_add(1, Ordering::Relaxed);
-    if registry.handle_at(&link.record()[..n], reply, 4) {
+    let answered = registry.handle_at(&link.record()[..n], reply, 4);
+    link.record_done();
+    if answered {
         // What the client's queue has no room for goes out on later turns.
         link.offer_record(reply)?;
     }

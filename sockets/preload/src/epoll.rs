@@ -360,6 +360,9 @@ impl EpollSet {
         let left = || deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let mut got = vec![libc::epoll_event { events: 0, u64: 0 }; out.len()];
         let (mut turn, mut spin) = (0u32, crate::poll::spin());
+        // The caller's signal mask holds for the whole call, as the kernel's epoll_pwait
+        // sets it.
+        let _mask = crate::signals::MaskFor::call(sigmask);
         // A handler that runs while the rings are watched ends the call, as the kernel ends
         // an epoll_wait (whatever the handler's `SA_RESTART`).
         let signals = crate::signals::handled();

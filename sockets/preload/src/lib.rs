@@ -1306,16 +1306,23 @@ pub unsafe extern "C" fn sigaction(
     guard(|| unsafe { signals::sigaction(sig, act, old) })
 }
 
-/// Hook of `signal(3)` (glibc's BSD semantics: `SA_RESTART`).
+/// Hook of `signal(3)` (glibc's BSD semantics: `SA_RESTART` unless `siginterrupt` said
+/// otherwise).
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    guard(|| signals::install(sig, handler, libc::SA_RESTART))
+    guard(|| signals::install(sig, handler, signals::bsd_flags(sig)))
 }
 
 /// Hook of `bsd_signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    guard(|| signals::install(sig, handler, libc::SA_RESTART))
+    guard(|| signals::install(sig, handler, signals::bsd_flags(sig)))
+}
+
+/// Hook of `ssignal(3)`, glibc's other name of `signal`.
+#[no_mangle]
+pub unsafe extern "C" fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    guard(|| signals::install(sig, handler, signals::bsd_flags(sig)))
 }
 
 /// Hook of `sysv_signal(3)` (one-shot, not restarting).
@@ -1327,11 +1334,35 @@ pub unsafe extern "C" fn sysv_signal(
     guard(|| signals::install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER))
 }
 
+/// Hook of `__sysv_signal`, what `signal` is in programs built for strict ISO C
+/// (`-std=c99`).
+#[no_mangle]
+pub unsafe extern "C" fn __sysv_signal(
+    sig: c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    guard(|| signals::install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER))
+}
+
+/// Hook of `siginterrupt(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
+    guard(|| signals::siginterrupt(sig, flag))
+}
+
+/// Hook of `sigset(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
+    guard(|| signals::sigset(sig, disp))
+}
+
 /// The constructor: adopts the VMMC connections an earlier image of this process handed
 /// over through `exec`, and registers the signal count. Nothing else needs it: hooks work
 /// before it has run.
 extern "C" fn at_start() {
     register();
+    // SAFETY: registering a plain function for the child of every fork.
+    unsafe { libc::pthread_atfork(None, None, Some(signals::after_fork_in_child)) };
     let _ = catch_unwind(exec::adopt);
 }
 

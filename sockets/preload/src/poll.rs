@@ -111,6 +111,8 @@ pub fn poll(
         }
         n
     };
+    // The caller's signal mask holds for the whole call, as the kernel's ppoll sets it.
+    let _mask = crate::signals::MaskFor::call(sigmask);
     // A handler that runs while the rings are watched ends the call, as the kernel ends a
     // poll (whatever the handler's `SA_RESTART`).
     let signals = crate::signals::handled();

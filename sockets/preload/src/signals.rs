@@ -2,14 +2,18 @@
 //!
 //! A blocking read, write, `poll`, `select` or `epoll_wait` that waits in a connection's
 //! rings makes no system call while it spins, so the kernel cannot end it with `EINTR` when
-//! a handler runs. The hooks of `sigaction`, `signal`, `bsd_signal` and `sysv_signal` install
+//! a handler runs. The hooks of `sigaction`, `signal` and its relatives install
 //! the program's handler behind a trampoline that counts, per thread, the handlers that ran
 //! on that thread: all of them ([`handled`]), and those installed without `SA_RESTART`
 //! ([`interrupting`]). A wait that sees a count change ends as the kernel's would
 //! (signal(7)): a read or write interrupted by a handler without `SA_RESTART` fails with
 //! `EINTR` (a write that moved some bytes returns their count; one whose handler has
 //! `SA_RESTART` goes on waiting), and `poll`, `select` and `epoll_wait` fail with `EINTR`
-//! whatever the handler's flags.
+//! whatever the handler's flags. A wait that sleeps sees the count when its sleep ends, at
+//! most [`sockets::ring::MAX_SLEEP`] later. `signal`'s other names (`bsd_signal`,
+//! `ssignal`), `__sysv_signal` (what `signal` is in strict ISO C programs), `sigset` and
+//! `siginterrupt` are hooked too: glibc's own go to its `sigaction` by an internal path no
+//! hook sees.
 //!
 //! What the program sees of its handlers is unchanged: `sigaction` reports the handler and
 //! flags it installed, and the handler is called with the arguments its flags ask for.
@@ -18,7 +22,7 @@
 use crate::real::real;
 use libc::{c_int, c_void, sighandler_t, siginfo_t};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Signals 1 to 64 (the kernel's `_NSIG` is 65).
 const SIGNALS: usize = 65;
@@ -117,7 +121,7 @@ extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
         return;
     };
     let (handler, flags) = slot.get();
-    if handler == 0 {
+    if handler == 0 || is_ours(handler) {
         return;
     }
     COUNTS.with(|c| {
@@ -185,8 +189,30 @@ pub unsafe fn sigaction(
         }
         return r;
     }
+    // A program that hands back the trampoline (an address it learnt through a query the
+    // hooks did not see) keeps the handler it had, with the flags it gives now.
+    let handler = if is_ours(new.sa_sigaction) {
+        match TABLE[s].get() {
+            (0, _) => libc::SIG_DFL,
+            (h, f) => {
+                let mut act = *new;
+                act.sa_sigaction = h;
+                act.sa_flags = (new.sa_flags & !libc::SA_SIGINFO) | (f & libc::SA_SIGINFO);
+                // SAFETY: a valid structure; the caller's `old`.
+                return unsafe { sigaction(sig, &act, old) };
+            }
+        }
+    } else {
+        new.sa_sigaction
+    };
+    if handler == libc::SIG_DFL {
+        let mut act = *new;
+        act.sa_sigaction = handler;
+        // SAFETY: a valid structure; the caller's `old`.
+        return unsafe { sigaction(sig, &act, old) };
+    }
     // Published before the trampoline is installed, so that it always finds the handler.
-    let before = TABLE[s].set(new.sa_sigaction, new.sa_flags);
+    let before = TABLE[s].set(handler, new.sa_flags);
     let mut ours = *new;
     ours.sa_sigaction = trampoline as *const () as sighandler_t;
     ours.sa_flags |= libc::SA_SIGINFO;
@@ -209,8 +235,109 @@ pub unsafe fn sigaction(
     0
 }
 
+/// Signals that `siginterrupt(sig, 1)` set to interrupt system calls: `signal` installs
+/// their handlers without `SA_RESTART`, as glibc's does.
+static INTERRUPTS: AtomicU64 = AtomicU64::new(0);
+
+/// The flags glibc's `signal` (BSD semantics) gives `sig`'s handler.
+pub fn bsd_flags(sig: c_int) -> c_int {
+    let interrupts = u32::try_from(sig)
+        .ok()
+        .filter(|&s| s < 64)
+        .is_some_and(|s| INTERRUPTS.load(Ordering::Relaxed) & (1 << s) != 0);
+    if interrupts {
+        0
+    } else {
+        libc::SA_RESTART
+    }
+}
+
+/// `siginterrupt(3)`: whether `sig`'s handler interrupts system calls (`flag` != 0) or lets
+/// them restart, now and for the handlers `signal` installs later.
+pub fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
+    let Some(bit) = u32::try_from(sig).ok().filter(|&s| s > 0 && s < 64) else {
+        crate::set_errno(libc::EINVAL);
+        return -1;
+    };
+    // SAFETY: zeroed plain data, then a query into it.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query into a valid structure.
+    if unsafe { sigaction(sig, std::ptr::null(), &mut act) } != 0 {
+        return -1;
+    }
+    if flag != 0 {
+        INTERRUPTS.fetch_or(1 << bit, Ordering::Relaxed);
+        act.sa_flags &= !libc::SA_RESTART;
+    } else {
+        INTERRUPTS.fetch_and(!(1 << bit), Ordering::Relaxed);
+        act.sa_flags |= libc::SA_RESTART;
+    }
+    // SAFETY: the structure the query filled, with new flags.
+    unsafe { sigaction(sig, &act, std::ptr::null_mut()) }
+}
+
+/// `SIG_HOLD` of `sigset(3)`.
+const SIG_HOLD: sighandler_t = 2;
+
+/// `sigset(3)` (System V): installs `disp` with no flags and unblocks `sig`, or with
+/// `SIG_HOLD` blocks it; returns the previous disposition (`SIG_HOLD` if it was blocked).
+pub fn sigset(sig: c_int, disp: sighandler_t) -> sighandler_t {
+    // SAFETY: plain data, filled below.
+    let mut one: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut was: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid sets.
+    if unsafe { libc::sigemptyset(&mut one) } != 0 || unsafe { libc::sigaddset(&mut one, sig) } != 0
+    {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: zeroed plain data.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let r = if disp == SIG_HOLD {
+        // SAFETY: a query into a valid structure.
+        unsafe { sigaction(sig, std::ptr::null(), &mut old) }
+    } else {
+        // SAFETY: zeroed plain data, then valid structures.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = disp;
+        // SAFETY: a valid set.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        // SAFETY: valid structures.
+        unsafe { sigaction(sig, &act, &mut old) }
+    };
+    if r != 0 {
+        return libc::SIG_ERR;
+    }
+    let how = if disp == SIG_HOLD {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: valid sets.
+    unsafe { libc::pthread_sigmask(how, &one, &mut was) };
+    // SAFETY: a valid set.
+    if unsafe { libc::sigismember(&was, sig) } == 1 {
+        SIG_HOLD
+    } else {
+        old.sa_sigaction
+    }
+}
+
+/// In a child after `fork`: a slot another thread of the parent was writing is left as it
+/// is, unlocked (its writer does not exist in the child).
+pub extern "C" fn after_fork_in_child() {
+    for slot in &TABLE {
+        if slot.writing.load(Ordering::Relaxed) {
+            if !slot.seq.load(Ordering::Relaxed).is_multiple_of(2) {
+                slot.seq.fetch_add(1, Ordering::Relaxed);
+            }
+            slot.writing.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
 /// `signal(3)` and its relatives: `flags` are the ones the C library gives them (glibc's
-/// `signal` and `bsd_signal`: `SA_RESTART`; `sysv_signal`: `SA_RESETHAND | SA_NODEFER`).
+/// `signal` and `bsd_signal`: [`bsd_flags`]; `sysv_signal`: `SA_RESETHAND | SA_NODEFER`).
 pub fn install(sig: c_int, handler: sighandler_t, flags: c_int) -> sighandler_t {
     // SAFETY: plain data; zero is a valid initial state.
     let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -225,4 +352,35 @@ pub fn install(sig: c_int, handler: sighandler_t, flags: c_int) -> sighandler_t 
         return libc::SIG_ERR;
     }
     old.sa_sigaction
+}
+
+/// The signal mask of a `ppoll`, `pselect` or `epoll_pwait` call, set for as long as it
+/// lives (the waits in the rings included), and the thread's own put back after it, with
+/// `errno` kept.
+pub struct MaskFor(Option<libc::sigset_t>);
+
+impl MaskFor {
+    /// Sets `mask` (null: nothing changes).
+    pub fn call(mask: *const libc::sigset_t) -> MaskFor {
+        if mask.is_null() {
+            return MaskFor(None);
+        }
+        // SAFETY: plain data, filled by the call.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `mask` is the caller's valid set; `old` a valid one.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, &mut old) };
+        MaskFor(Some(old))
+    }
+}
+
+impl Drop for MaskFor {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let e = crate::errno();
+            // SAFETY: the set saved by `call`. Signals it unblocks are delivered here, after
+            // the call's result, as after the kernel's.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+            crate::set_errno(e);
+        }
+    }
 }

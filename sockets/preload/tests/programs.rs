@@ -1967,10 +1967,11 @@ fn on_usr1(handler: libc::sighandler_t, flags: libc::c_int) {
     }
 }
 
-/// Runs `call` on a thread and sends that thread SIGUSR1 until it returns; `ready` says when
+/// Runs `call` on a thread and sends that thread `sig` until it returns; `ready` says when
 /// the thread is about to make its call, and `more` (given the handlers run since) whether
 /// to go on signalling. Returns what `call` returned and the signals sent after `ready`.
 fn signalled<T: Send + 'static>(
+    sig: libc::c_int,
     call: impl FnOnce(&std::sync::atomic::AtomicBool) -> T + Send + 'static,
     mut more: impl FnMut(u32) -> bool,
 ) -> T {
@@ -1990,7 +1991,7 @@ fn signalled<T: Send + 'static>(
     loop {
         if ready.load(Ordering::SeqCst) && more(HANDLED.load(Ordering::SeqCst) - base) {
             // SAFETY: the thread is alive until it sends its result (received below).
-            assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGUSR1) }, 0);
+            assert_eq!(unsafe { libc::pthread_kill(thread, sig) }, 0);
         }
         match rx.recv_timeout(Duration::from_millis(5)) {
             Ok(v) => {
@@ -2026,7 +2027,7 @@ fn signals() {
 
     // A handler without SA_RESTART: a read with nothing to read fails with EINTR.
     on_usr1(count_signal as *const () as libc::sighandler_t, 0);
-    let (r, e) = signalled(move |ready| read_once(fa, ready), |_| true);
+    let (r, e) = signalled(libc::SIGUSR1, move |ready| read_once(fa, ready), |_| true);
     assert_eq!((r, e), (-1, libc::EINTR), "read under a signal");
     println!("ok=eintr_read");
 
@@ -2060,6 +2061,7 @@ fn signals() {
         }
     });
     let (r, e) = signalled(
+        libc::SIGUSR1,
         move |ready| read_once(fa, ready),
         |ran| {
             if ran >= 5 {
@@ -2074,6 +2076,7 @@ fn signals() {
 
     // poll and epoll_wait end with EINTR whatever SA_RESTART says.
     let (r, e) = signalled(
+        libc::SIGUSR1,
         move |ready| {
             let mut p = libc::pollfd {
                 fd: fa,
@@ -2092,6 +2095,7 @@ fn signals() {
     let ep = ep_create();
     ep_ctl(ep, libc::EPOLL_CTL_ADD, fa, libc::EPOLLIN as u32, 7);
     let (r, e) = signalled(
+        libc::SIGUSR1,
         move |ready| {
             let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 4];
             ready.store(true, Ordering::SeqCst);
@@ -2108,6 +2112,7 @@ fn signals() {
     on_usr1(count_signal as *const () as libc::sighandler_t, 0);
     const BIG: usize = 16 << 20;
     let (r, e) = signalled(
+        libc::SIGUSR1,
         move |ready| {
             let data = vec![7u8; BIG];
             ready.store(true, Ordering::SeqCst);
@@ -2142,6 +2147,72 @@ fn signals() {
         );
     }
     println!("ok=signal_returns_previous");
+
+    // siginterrupt decides whether signal's handlers restart, as in glibc; so does
+    // __sysv_signal (what `signal` is in a program built with -std=c99).
+    extern "C" {
+        fn sigset(sig: libc::c_int, disp: libc::sighandler_t) -> libc::sighandler_t;
+        fn siginterrupt(sig: libc::c_int, flag: libc::c_int) -> libc::c_int;
+        fn __sysv_signal(sig: libc::c_int, disp: libc::sighandler_t) -> libc::sighandler_t;
+    }
+    let reported = |sig| {
+        // SAFETY: plain data; a query into it.
+        let mut q: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query into a valid structure.
+        assert_eq!(unsafe { libc::sigaction(sig, std::ptr::null(), &mut q) }, 0);
+        q.sa_flags & libc::SA_RESTART != 0
+    };
+    let handler = count_signal as *const () as libc::sighandler_t;
+    // sysv_signal's handler is one-shot: SIGURG, whose default is to ignore it, so that a
+    // second signal sent before the first was seen does no harm.
+    for (how, sig, restarts) in [
+        ("siginterrupt", libc::SIGUSR1, false),
+        ("sysv_signal", libc::SIGURG, false),
+        ("signal", libc::SIGUSR1, true),
+    ] {
+        // SAFETY: installing a handler.
+        unsafe {
+            match how {
+                "siginterrupt" => {
+                    assert_eq!(siginterrupt(sig, 1), 0);
+                    libc::signal(sig, handler);
+                }
+                "sysv_signal" => {
+                    __sysv_signal(sig, handler);
+                }
+                _ => {
+                    assert_eq!(siginterrupt(sig, 0), 0);
+                    libc::signal(sig, handler);
+                }
+            }
+        }
+        assert_eq!(
+            reported(sig),
+            restarts,
+            "{how}: SA_RESTART as glibc sets it"
+        );
+        if !restarts {
+            let (r, e) = signalled(sig, move |ready| read_once(fa, ready), |ran| ran == 0);
+            assert_eq!((r, e), (-1, libc::EINTR), "{how}: read under a signal");
+        }
+    }
+    println!("ok=siginterrupt_and_sysv_signal");
+
+    // sigset says what was installed, and that can be installed again.
+    // SAFETY: installing handlers; a signal to this thread, whose handler counts.
+    unsafe {
+        libc::signal(libc::SIGUSR2, handler);
+        let prev = sigset(
+            libc::SIGUSR2,
+            count_signal_info as *const () as libc::sighandler_t,
+        );
+        assert_eq!(prev, handler, "sigset returns the handler signal installed");
+        libc::signal(libc::SIGUSR2, prev);
+        let before = HANDLED.load(Ordering::SeqCst);
+        assert_eq!(libc::raise(libc::SIGUSR2), 0);
+        assert_eq!(HANDLED.load(Ordering::SeqCst), before + 1);
+    }
+    println!("ok=sigset_round_trip");
 }
 
 /// Lets the `signals` role's writer go.
@@ -2160,6 +2231,8 @@ fn signals_interrupt_blocking_calls_as_the_kernel_does() {
             "eintr_epoll",
             "partial_write",
             "signal_returns_previous",
+            "siginterrupt_and_sysv_signal",
+            "sigset_round_trip",
         ],
         1 << 20,
     );
