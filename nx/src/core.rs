@@ -341,17 +341,25 @@ pub(crate) fn in_handler() -> bool {
 pub const MID_LIMIT: Mid = 1 << 30;
 
 fn next_mid(st: &mut State) -> Mid {
+    let (reqs, handlers) = (&st.reqs, &st.send_handlers);
+    advance_mid(&mut st.next_mid, &mut st.mids_wrapped, |m| {
+        reqs.contains_key(&m) || handlers.contains_key(&m)
+    })
+}
+
+/// The id after `*last` (1 after `MID_LIMIT - 1`) that is not `in_use`; `wrapped` says
+/// whether the ids went round once, before which every id is new and none is looked up.
+fn advance_mid(last: &mut Mid, wrapped: &mut bool, in_use: impl Fn(Mid) -> bool) -> Mid {
     loop {
-        st.next_mid = if st.next_mid + 1 >= MID_LIMIT {
-            st.mids_wrapped = true;
+        *last = if *last + 1 >= MID_LIMIT {
+            *wrapped = true;
             1
         } else {
-            st.next_mid + 1
+            *last + 1
         };
-        let m = st.next_mid;
         // Before the first wrap every id is new: no look-up on the request path.
-        if !st.mids_wrapped || (!st.reqs.contains_key(&m) && !st.send_handlers.contains_key(&m)) {
-            return m;
+        if !*wrapped || !in_use(*last) {
+            return *last;
         }
     }
 }
@@ -2193,5 +2201,33 @@ impl Hasher for MidHasher {
     }
     fn write_i64(&mut self, v: i64) {
         self.0 = (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{advance_mid, MID_LIMIT};
+
+    #[test]
+    fn request_ids_wrap_past_those_in_use() {
+        let (mut last, mut wrapped) = (MID_LIMIT - 3, false);
+        // Before the wrap nothing is looked up, even an id said to be in use.
+        assert_eq!(
+            advance_mid(&mut last, &mut wrapped, |_| true),
+            MID_LIMIT - 2
+        );
+        assert_eq!(
+            advance_mid(&mut last, &mut wrapped, |_| false),
+            MID_LIMIT - 1
+        );
+        assert!(!wrapped);
+        // After MID_LIMIT - 1 comes 1 (0 is never an id), skipping the ids still in use.
+        let in_use = |m| m == 1 || m == 2 || m == 4;
+        assert_eq!(advance_mid(&mut last, &mut wrapped, in_use), 3);
+        assert!(wrapped);
+        assert_eq!(advance_mid(&mut last, &mut wrapped, in_use), 5);
+        // The look-ups go on after the wrap, round and round.
+        last = MID_LIMIT - 1;
+        assert_eq!(advance_mid(&mut last, &mut wrapped, |m| m < 10), 10);
     }
 }
