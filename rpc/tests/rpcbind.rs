@@ -7,6 +7,8 @@ mod common;
 #[rustfmt::skip]
 #[path = "vrpc_gen/vecho.rs"]
 mod vecho;
+#[path = "vrpc_gen/plain.rs"]
+mod plain;
 
 use common::*;
 use rpc::client::{Call, TcpClient, UdpClient};
@@ -103,34 +105,10 @@ fn the_generated_server_registers_on_tcp_and_udp_in_one_call() {
     if !ensure_rpcbind() {
         return;
     }
-    struct Echo;
-    impl vecho::VechoV1Server for Echo {
-        fn echo(&self, arg: vecho::blob) -> vecho::blob {
-            arg
-        }
-        fn add(&self, a: i32, b: i32) -> i32 {
-            a + b
-        }
-        fn swap(&self, p: vecho::pair) -> vecho::pair {
-            vecho::pair { a: p.b, b: p.a }
-        }
-        fn concat(&self, a: rpc::xdr::XdrString, b: rpc::xdr::XdrString) -> rpc::xdr::XdrString {
-            let mut v = a.0;
-            v.extend_from_slice(&b.0);
-            v.into()
-        }
-        fn reverse(&self, n: Option<Box<vecho::node>>) -> Option<Box<vecho::node>> {
-            n
-        }
-        fn set_value(&self, _: i64) {}
-        fn get_value(&self) -> i64 {
-            0
-        }
-    }
     let _turn = VECHO.lock().unwrap_or_else(|e| e.into_inner());
     let (prog, vers) = (vecho::VECHO_PROG, vecho::VECHO_V1);
     clear_stale(prog, &[vers]);
-    let server = vecho::serve_vecho_prog(Echo).unwrap();
+    let server = vecho::serve_vecho_prog(plain::Plain::default()).unwrap();
     for proto in ["tcp", "udp"] {
         assert!(listed(prog, vers, proto), "rpcinfo -p lacks {proto}");
     }
@@ -271,28 +249,6 @@ fn the_generated_server_replaces_a_dead_predecessors_registration() {
     if !ensure_rpcbind() {
         return;
     }
-    struct Adder;
-    impl vecho::VechoV1Server for Adder {
-        fn echo(&self, arg: vecho::blob) -> vecho::blob {
-            arg
-        }
-        fn add(&self, a: i32, b: i32) -> i32 {
-            a + b
-        }
-        fn swap(&self, p: vecho::pair) -> vecho::pair {
-            p
-        }
-        fn concat(&self, a: rpc::xdr::XdrString, _: rpc::xdr::XdrString) -> rpc::xdr::XdrString {
-            a
-        }
-        fn reverse(&self, n: Option<Box<vecho::node>>) -> Option<Box<vecho::node>> {
-            n
-        }
-        fn set_value(&self, _: i64) {}
-        fn get_value(&self) -> i64 {
-            0
-        }
-    }
     let _turn = VECHO.lock().unwrap_or_else(|e| e.into_inner());
     let (prog, vers) = (vecho::VECHO_PROG, vecho::VECHO_V1);
     clear_stale(prog, &[vers]);
@@ -302,7 +258,7 @@ fn the_generated_server_replaces_a_dead_predecessors_registration() {
     drop(dead_tcp);
     rpcbind::register(prog, vers, rpcbind::IPPROTO_TCP, dead_addr).unwrap();
     rpcbind::register(prog, vers, rpcbind::IPPROTO_UDP, dead_addr).unwrap();
-    let server = vecho::serve_vecho_prog(Adder).unwrap();
+    let server = vecho::serve_vecho_prog(plain::Plain::default()).unwrap();
     let tcp = TcpClient::connect_rpcbind(LOCALHOST, prog, vers).unwrap();
     assert_eq!(
         tcp.peer_addr().map(|a| a.port()),
